@@ -1,0 +1,134 @@
+"""The command line: exit codes, one-line errors, outputs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tests.builders import kernel, launch, step, write_trace
+from tests.conftest import SAMPLES
+from traceanalyzer.cli import cli
+
+EVENTS = [
+    step(1, 100, 100),
+    launch(110, 2, corr=1),
+    kernel(150, 30, "<script>alert(1)</script>", corr=1),
+    step(2, 200, 100),
+    launch(210, 2, corr=2),
+    kernel(260, 40, "gemm", corr=2),
+]
+
+
+def _run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_report_json_follows_the_contract(tmp_path: Path) -> None:
+    code, out, _err = _run(
+        "report", str(write_trace(tmp_path / "t.json", EVENTS)), "--format", "json"
+    )
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["format_version"] == 1
+    assert doc["window"] == {"start_ns": 150_000, "end_ns": 300_000, "basis": "steps"}
+    dev = doc["devices"][0]
+    assert {
+        k: dev[k]
+        for k in ("rank", "device", "window_ns", "busy_ns", "idle_ns", "kernel_count", "kernel_ns")
+    } == {
+        "rank": 0,
+        "device": 0,
+        "window_ns": 150_000,
+        "busy_ns": 70_000,
+        "idle_ns": 80_000,
+        "kernel_count": 2,
+        "kernel_ns": 70_000,
+    }
+    assert dev["idle_share"] == pytest.approx(80 / 150)
+    assert [s["name"] for s in doc["steps"]] == ["ProfilerStep#1", "ProfilerStep#2"]
+    assert doc["kernels"]["count"] == 2
+    assert sum(b["count"] for b in doc["kernels"]["duration_histogram"]) == 2
+    assert doc["kernels"]["top"][0] == {
+        "name": "gemm",
+        "count": 1,
+        "total_ns": 40_000,
+        "share": pytest.approx(40 / 70),
+    }
+    assert doc["source"]["format"] == "chrome"
+
+
+def test_terminal_report_names_the_numbers(tmp_path: Path) -> None:
+    code, out, _ = _run("report", str(write_trace(tmp_path / "t.json", EVENTS)))
+    assert code == 0
+    assert "150.0 µs" in out and "53.3 %" in out and "ProfilerStep#2" in out
+    assert "<script>alert(1)</script>" in out  # shown as inert text, never interpreted
+
+
+def test_output_file_is_written_atomically(tmp_path: Path) -> None:
+    trace = write_trace(tmp_path / "t.json", EVENTS)
+    code, _, _ = _run("report", str(trace), "-o", str(tmp_path / "out" / "r.json"))
+    assert code == 0
+    assert json.loads((tmp_path / "out" / "r.json").read_text())["format_version"] == 1
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["r.json"]
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        (b"", "empty"),
+        (b"not json at all", "none of the formats"),
+        (b'{"a": 1}', "no traceEvents"),
+        (
+            b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "x", "pid": 1, '
+            b'"tid": 1, "ts": 5, "dur": 1}]}',
+            "CPU-only trace",
+        ),
+    ],
+)
+def test_bad_input_is_one_line_and_status_2(tmp_path: Path, content: bytes, words: str) -> None:
+    path = tmp_path / "bad.json"
+    path.write_bytes(content)
+    out_file = tmp_path / "r.json"
+    code, out, err = _run("report", str(path), "-o", str(out_file))
+    assert code == 2
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ")
+    assert str(path) in lines[0] and words in lines[0] and "hint:" in lines[0]
+    assert "Traceback" not in err
+    assert not out_file.exists()
+
+
+def test_missing_path_and_folder_without_traces(tmp_path: Path) -> None:
+    code, _, err = _run("report", str(tmp_path / "missing.json"))
+    assert code == 2 and "no such file" in err
+    code, _, err = _run("report", str(tmp_path))
+    assert code == 2 and "no Chrome trace files" in err
+
+
+def test_truncated_trace_is_reported(tmp_path: Path) -> None:
+    data = (write_trace(tmp_path / "t.json", EVENTS)).read_bytes()
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(data[: data.rindex(b'"gemm"')])
+    code, out, _ = _run("report", str(cut), "--format", "json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["data_quality"]["truncated"] is True
+    assert doc["data_quality"]["truncated_files"] == [str(cut)]
+
+
+def test_console_script_runs_on_a_sample() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "traceanalyzer", "report", str(SAMPLES / "tiny_kernels.json.gz")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "6000" in proc.stdout

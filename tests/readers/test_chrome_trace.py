@@ -1,0 +1,312 @@
+"""Reader paths and edge cases, on tiny hand-written traces."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from tests.builders import cpu_op, gpu_op, kernel, kineto_bytes, launch, step, write_trace
+from traceanalyzer.errors import TraceFormatError, UnsupportedTraceError
+from traceanalyzer.model import EVENT_SCHEMA
+from traceanalyzer.readers import chrome_trace, read
+
+EVENTS = [
+    step(1, 100.0, 50.0),
+    cpu_op(
+        101.0,
+        5.0,
+        "aten::mm",
+        **{"Input Dims": [[8, 16], [16, 4]], "Input type": ["float", "float"]},
+    ),
+    launch(102.0, 3.0, corr=1),
+    kernel(110.0, 10.5, "gemm_a", corr=1, grid=[4, 1, 1], block=[128, 1, 1]),
+    launch(106.0, 2.0, corr=2, name="cudaMemcpyAsync"),
+    gpu_op("gpu_memcpy", 121.0, 2.0, "Memcpy HtoD (Pageable -> Device)", corr=2, bytes=4096),
+    kernel(115.0, 20.0, "other_stream", stream=13),
+]
+
+
+def _events(path: Path) -> pl.DataFrame:
+    return read(path).events.sort("start_ns", "kind", "name")
+
+
+def test_schema_and_values(tmp_path: Path) -> None:
+    tl = read(write_trace(tmp_path / "t.json", EVENTS))
+    assert tl.events.schema == EVENT_SCHEMA
+    k = tl.events.filter(pl.col("name") == "gemm_a").row(0, named=True)
+    assert (k["start_ns"], k["end_ns"], k["device"], k["stream"]) == (110_000, 120_500, 0, 7)
+    assert (k["correlation"], k["grid"], k["block"], k["pid"]) == (1, [4, 1, 1], [128, 1, 1], None)
+    mm = tl.events.filter(pl.col("name") == "aten::mm").row(0, named=True)
+    assert (
+        mm["input_dims"] == "[[8,16],[16,4]]"
+        or mm["input_dims"].replace(" ", "") == "[[8,16],[16,4]]"
+    )
+    assert (mm["pid"], mm["tid"], mm["device"]) == (100, 100, None)
+    cp = tl.events.filter(pl.col("kind") == "memcpy").row(0, named=True)
+    assert cp["bytes"] == 4096
+    assert tl.meta.devices[0].name == "NVIDIA H100 80GB HBM3"
+    assert tl.meta.ranks[0].rank_source == "default"
+
+
+@pytest.mark.parametrize("layout", ["compact", "array"])
+def test_layouts_read_the_same(tmp_path: Path, layout: str) -> None:
+    fast = _events(write_trace(tmp_path / "k.json", EVENTS))
+    other = _events(write_trace(tmp_path / f"{layout}.json", EVENTS, layout=layout))
+    assert other.equals(fast)
+
+
+def test_gzip_is_recognised_by_magic_not_suffix(tmp_path: Path) -> None:
+    plain = _events(write_trace(tmp_path / "a.json", EVENTS))
+    gz_named_json = _events(write_trace(tmp_path / "b.json", EVENTS, gzip=True))
+    plain_named_gz = _events(write_trace(tmp_path / "c.json.gz", EVENTS))
+    assert gz_named_json.equals(plain)
+    assert plain_named_gz.equals(plain)
+
+
+def test_small_blocks_give_the_same_events(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    many = [kernel(1000.0 + i * 3, 1.0 + (i % 5), f"k{i % 7}", corr=i) for i in range(300)]
+    path = write_trace(tmp_path / "m.json", many)
+    whole = _events(path)
+    monkeypatch.setattr(chrome_trace, "BLOCK_BYTES", 333)
+    assert _events(path).equals(whole)
+    assert whole.height == 300
+
+
+def test_float_ns_timestamps_are_exact(tmp_path: Path) -> None:
+    evs = [
+        kernel(4476047788645.790, 1.001, "a"),
+        kernel(1.5, 0.002, "b"),
+        kernel(1610366662254362, 397, "c"),
+        kernel(0, 63.813, "d"),  # ts written below as exact text: a float64 cannot hold it
+        kernel(0, 0.25, "e"),
+    ]
+    evs[3]["ts"], evs[4]["ts"] = "TS_D", "TS_E"
+    data = kineto_bytes(evs).replace(b'"TS_D"', b"1712195495519689.047")
+    data = data.replace(b'"TS_E"', b"1712195495519689.5")
+    path = tmp_path / "f.json"
+    path.write_bytes(data)
+    tl = read(path)
+    names = tl.events["name"].cast(pl.String)
+    got = dict(zip(names, tl.events["start_ns"], strict=True))
+    assert got == {
+        "a": 4476047788645790,
+        "b": 1500,
+        "c": 1610366662254362000,
+        "d": 1712195495519689047,
+        "e": 1712195495519689500,
+    }
+    dur = dict(zip(names, tl.events["end_ns"] - tl.events["start_ns"], strict=True))
+    assert dur == {"a": 1001, "b": 2, "c": 397000, "d": 63813, "e": 250}
+
+
+def test_zero_length_and_overlapping_streams(tmp_path: Path) -> None:
+    evs = [
+        kernel(10.0, 0.0, "zero"),
+        kernel(10.0, 5.0, "s7", stream=7),
+        kernel(12.0, 5.0, "s13", stream=13),
+    ]
+    tl = read(write_trace(tmp_path / "z.json", evs))
+    assert tl.events.height == 3
+    assert tl.events.filter(pl.col("name") == "zero")["end_ns"].item() == 10_000
+
+
+def test_old_2021_schema(tmp_path: Path) -> None:
+    """Capitalised categories, string tids, `external id` in lower case."""
+    evs = [
+        {
+            "ph": "X",
+            "cat": "Operator",
+            "name": "ProfilerStep#5",
+            "pid": 1,
+            "tid": "189",
+            "ts": 100,
+            "dur": 50,
+            "args": {"Input dims": [], "external id": 1},
+        },
+        {
+            "ph": "X",
+            "cat": "Runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": "189",
+            "ts": 101,
+            "dur": 2,
+            "args": {"correlation": 7, "external id": 1},
+        },
+        {
+            "ph": "X",
+            "cat": "Kernel",
+            "name": "volta_sgemm_128x64_nn",
+            "pid": 0,
+            "tid": "stream 7",
+            "ts": 105,
+            "dur": 10,
+            "args": {"correlation": 7, "external id": 1},
+        },
+        {
+            "ph": "X",
+            "cat": "Memset",
+            "name": "Memset (Device)",
+            "pid": 0,
+            "tid": "stream 7",
+            "ts": 116,
+            "dur": 1,
+            "args": {"device": 0, "stream": 7},
+        },
+    ]
+    tl = read(write_trace(tmp_path / "old.json", evs, header={"schemaVersion": 1}, trailer={}))
+    k = tl.events.filter(pl.col("kind") == "kernel").row(0, named=True)
+    assert (k["device"], k["stream"], k["correlation"], k["external_id"]) == (0, 7, 7, 1)
+    assert tl.events.filter(pl.col("kind") == "cpu_op")["tid"].item() == 189
+    assert set(tl.events["kind"].cast(pl.String)) == {"cpu_op", "runtime", "kernel", "memset"}
+
+
+def test_rocm_hex_stream_and_missing_args(tmp_path: Path) -> None:
+    evs = [
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "amd",
+            "pid": 2,
+            "tid": 1,
+            "ts": 5,
+            "dur": 1,
+            "args": {"stream": "0x1f", "correlation": 3},
+        },
+        {"ph": "X", "cat": "kernel", "name": "bare", "pid": 1, "tid": 9, "ts": 6, "dur": 1},
+    ]
+    ev = read(write_trace(tmp_path / "r.json", evs)).events.sort("name")
+    assert ev.select("name", "device", "stream").rows() == [("amd", 2, 31), ("bare", 1, 9)]
+
+
+def test_unknown_categories_and_sentinels_are_counted(tmp_path: Path) -> None:
+    evs = [
+        *EVENTS,
+        {
+            "ph": "X",
+            "cat": "cuda_profiler_range",
+            "name": "r",
+            "pid": 0,
+            "tid": 0,
+            "ts": 1,
+            "dur": 1,
+        },
+        kernel(0, 1, "zero_ts"),
+        {"ph": "X", "cat": "kernel", "name": "no_dur", "pid": 0, "tid": 7, "ts": 3},
+        {
+            "ph": "X",
+            "cat": "Trace",
+            "name": "PyTorch Profiler (0)",
+            "pid": 0,
+            "tid": 0,
+            "ts": 1,
+            "dur": 500,
+        },
+        {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 0, "tid": 0, "ts": 1},
+    ]
+    tl = read(write_trace(tmp_path / "u.json", evs))
+    assert tl.meta.quality.dropped == {
+        "category cuda_profiler_range": 1,
+        "zero timestamp": 1,
+        "missing ts or dur": 1,
+    }
+    assert tl.events.height == len(EVENTS)
+
+
+def test_metadata_after_the_events_is_read(tmp_path: Path) -> None:
+    trailer = {
+        "deviceProperties": [{"id": 0, "name": "NVIDIA B200"}],
+        "distributedInfo": {"rank": 3, "world_size": 8},
+    }
+    tl = read(
+        write_trace(
+            tmp_path / "t.json", EVENTS, header={"metadata": {"x": [1, {"y": 2}]}}, trailer=trailer
+        )
+    )
+    assert tl.meta.devices[0].name == "NVIDIA B200"
+    assert (tl.meta.ranks[0].rank, tl.meta.ranks[0].rank_source) == (3, "distributedInfo")
+    assert set(tl.events["rank"]) == {3}
+
+
+def test_truncated_trace_keeps_whole_events(tmp_path: Path) -> None:
+    data = kineto_bytes(EVENTS)
+    cut = data[: data.index(b'"other_stream"') + 5]
+    path = tmp_path / "cut.json"
+    path.write_bytes(cut)
+    tl = read(path)
+    assert tl.meta.quality.truncated
+    assert tl.events.height == len(EVENTS) - 1
+    assert "cut off" in tl.meta.quality.notes[0]
+    gz = tmp_path / "cut.json.gz"
+    gz.write_bytes(gzip.compress(data)[:-40])
+    tl2 = read(gz)
+    assert tl2.meta.quality.truncated
+    assert 0 < tl2.events.height <= len(EVENTS)
+
+
+@pytest.mark.parametrize(
+    ("content", "error", "words"),
+    [
+        (b"", TraceFormatError, "empty"),
+        (b"   \n", TraceFormatError, "empty"),
+        (b"hello world", UnsupportedTraceError, "none of the formats"),
+        (b'{"foo": 1, "bar": [1, 2]}', TraceFormatError, "no traceEvents"),
+        (b'{"foo": 1, "bar": [1, 2', TraceFormatError, "not valid JSON"),
+        (b"SQLite format 3\x00" + b"\x00" * 100, UnsupportedTraceError, "SQLite"),
+    ],
+)
+def test_bad_files(tmp_path: Path, content: bytes, error: type[Exception], words: str) -> None:
+    path = tmp_path / "bad.json"
+    path.write_bytes(content)
+    with pytest.raises(error) as info:
+        read(path)
+    assert words in str(info.value)
+    assert str(path) in str(info.value)
+
+
+def test_missing_path_and_empty_folder(tmp_path: Path) -> None:
+    with pytest.raises(TraceFormatError, match="no such file"):
+        read(tmp_path / "nope.json")
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "notes.txt").write_text("not a trace")
+    with pytest.raises(TraceFormatError, match="no Chrome trace files"):
+        read(tmp_path / "d")
+
+
+def test_folder_of_ranks(tmp_path: Path) -> None:
+    write_trace(tmp_path / "job" / "a.json", EVENTS, trailer={"distributedInfo": {"rank": 1}})
+    write_trace(
+        tmp_path / "job" / "b.json.gz", EVENTS, gzip=True, trailer={"distributedInfo": {"rank": 0}}
+    )
+    tl = read(tmp_path / "job")
+    assert sorted(set(tl.events["rank"])) == [0, 1]
+    assert {(r.rank, r.rank_source) for r in tl.meta.ranks} == {
+        (0, "distributedInfo"),
+        (1, "distributedInfo"),
+    }
+    write_trace(tmp_path / "named" / "worker0.json", EVENTS)
+    write_trace(tmp_path / "named" / "worker1.json", EVENTS)
+    tl2 = read(tmp_path / "named")
+    assert {(r.rank, r.rank_source) for r in tl2.meta.ranks} == {(0, "file name"), (1, "file name")}
+
+
+def test_folder_rank_conflicts(tmp_path: Path) -> None:
+    write_trace(tmp_path / "dup" / "rank0.json", EVENTS)
+    write_trace(tmp_path / "dup" / "x_rank0.json", EVENTS)
+    with pytest.raises(TraceFormatError, match="two files claim rank 0"):
+        read(tmp_path / "dup")
+    write_trace(tmp_path / "anon" / "a.json", EVENTS)
+    write_trace(tmp_path / "anon" / "b.json", EVENTS)
+    with pytest.raises(TraceFormatError, match="cannot tell the ranks apart"):
+        read(tmp_path / "anon")
+
+
+def test_input_is_never_modified(tmp_path: Path) -> None:
+    path = write_trace(tmp_path / "t.json", EVENTS)
+    before = (path.read_bytes(), path.stat().st_mtime_ns)
+    read(path)
+    assert (path.read_bytes(), path.stat().st_mtime_ns) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json"]

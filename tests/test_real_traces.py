@@ -1,0 +1,87 @@
+"""Real traces: the tool's numbers against an independent plain-loop computation.
+
+Runs on `sample_traces/` always, and on every Chrome trace of the shared corpus when
+TRACEANALYZER_CORPUS points at it (CI sets it). Traces that must be refused are checked
+for a clear refusal instead.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests import reference
+from tests.conftest import SAMPLES, corpus
+from traceanalyzer.analyses import analyze
+from traceanalyzer.errors import NoGpuEventsError
+from traceanalyzer.readers import read
+
+#: Corpus traces that hold no GPU timeline, and the words their refusal must contain.
+REFUSED = {
+    "cpu_only": "CPU-only trace",
+    "cupti_profiler_a100": "cuda_profiler_range",
+    "mtia_inference": "mtia_ccp_events",
+}
+
+
+def _runs() -> list[Path]:
+    """One entry per run: a single file, or a folder holding several ranks of one job."""
+    roots = [SAMPLES]
+    found = corpus()
+    if found is not None:
+        roots.append(found)
+    runs: list[Path] = []
+    for root in roots:
+        folders = sorted({p.parent for p in root.rglob("*.json.gz")})
+        for folder in folders:
+            files = sorted(folder.glob("*.json.gz"))
+            ranked = len(files) > 1 and all(
+                reference.rank_of({}, f) != 0 or "0" in f.name for f in files
+            )
+            runs.extend([folder] if ranked else files)
+    return runs
+
+
+def _expected(run: Path) -> dict[tuple[int, int], dict[str, object]]:
+    files = sorted(run.glob("*.json.gz")) if run.is_dir() else [run]
+    out: dict[tuple[int, int], dict[str, object]] = {}
+    for f in files:
+        doc = reference.load(f)
+        out.update(reference.device_numbers(doc, rank=reference.rank_of(doc, f)))
+    return out
+
+
+@pytest.mark.parametrize("run", _runs(), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_numbers_match_a_plain_loop(run: Path) -> None:
+    refused = next((words for key, words in REFUSED.items() if key in str(run)), None)
+    if refused:
+        with pytest.raises(NoGpuEventsError, match=refused):
+            analyze(read(run))
+        return
+    metrics = analyze(read(run))
+    expected = _expected(run)
+    got = {(r["rank"], r["device"]): r for r in metrics.devices.iter_rows(named=True)}
+    assert set(got) == set(expected)
+    for key, exp in expected.items():
+        g = got[key]
+        for field in ("window_ns", "busy_ns", "kernel_count", "kernel_ns"):
+            assert g[field] == exp[field], (key, field)
+        assert g["idle_share"] == pytest.approx(exp["idle_share"], abs=1e-12)
+        assert metrics.basis == exp["basis"]
+        steps = metrics.steps.filter(
+            (metrics.steps["rank"] == key[0]) & (metrics.steps["device"] == key[1])
+        )
+        assert steps.select("step", "start_ns", "end_ns", "busy_ns").to_dicts() == exp["steps"]
+
+
+def test_known_workloads_show_what_their_readme_says() -> None:
+    bf16 = analyze(read(SAMPLES / "train_bf16_healthy.json.gz"))
+    d = bf16.devices.row(0, named=True)
+    assert bf16.steps.height == 4
+    assert 0.60 < 1 - d["idle_share"] < 0.66  # "busy about 63 %"
+    tiny = analyze(read(SAMPLES / "tiny_kernels.json.gz"))
+    t = tiny.devices.row(0, named=True)
+    assert t["kernel_count"] == 6000
+    assert t["idle_share"] > 0.93  # "idle about 95 %"
+    assert tiny.kernel_histogram.filter(tiny.kernel_histogram["count"] > 0)["hi_ns"].max() <= 2000

@@ -1,0 +1,119 @@
+"""Windows: the analysed span of each device, and each step projected onto GPU work.
+
+The contract's default window runs from the first to the last step marker (torch's
+`ProfilerStep#N`), projected onto each device's GPU work. Projection: a GPU operation belongs
+to the step during which the host *launched* it (the runtime call with the same correlation
+id started inside the step's host range). On each device, step N then spans from the start of
+its first GPU operation to the start of step N+1's first one; the last step ends when the
+last GPU operation launched in it ends. Steps therefore tile the window, and the idle time
+while the GPU waits for the next step's launches is charged to the step that follows.
+
+Without step markers the window of a device runs from its first to its last GPU operation
+(`basis = "trace"`).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceanalyzer.model import Kind, Timeline
+
+STEP_PATTERN = r"^ProfilerStep#(\d+)$"
+
+_HOST_RANGE_KINDS = [Kind.ANNOTATION.value, Kind.CPU_OP.value]
+_LAUNCH_KINDS = [Kind.RUNTIME.value, Kind.DRIVER.value]
+DEVICE_KEY = ["rank", "device"]
+
+
+def step_markers(timeline: Timeline) -> pl.LazyFrame:
+    """Host ranges named `ProfilerStep#N`: rank, step, name, start_ns, end_ns (one per step)."""
+    name = pl.col("name").cast(pl.String)
+    return (
+        timeline.events.lazy()
+        .filter(pl.col("kind").is_in(_HOST_RANGE_KINDS) & name.str.contains(STEP_PATTERN))
+        .select(
+            "rank",
+            step=name.str.extract(STEP_PATTERN, 1).cast(pl.Int64),
+            name=name,
+            start_ns="start_ns",
+            end_ns="end_ns",
+        )
+        .group_by("rank", "step")
+        .agg(pl.col("name").first(), pl.col("start_ns").min(), pl.col("end_ns").max())
+        .sort("rank", "start_ns")
+    )
+
+
+def gpu_work_with_step(timeline: Timeline, markers: pl.LazyFrame) -> pl.LazyFrame:
+    """GPU work with `launch_ns` (start of its runtime launch) and `step` (null when none)."""
+    launches = (
+        timeline.events.lazy()
+        .filter(pl.col("kind").is_in(_LAUNCH_KINDS) & pl.col("correlation").is_not_null())
+        .group_by("rank", "correlation")
+        .agg(launch_ns=pl.col("start_ns").min())
+    )
+    work = timeline.gpu_work().join(launches, on=["rank", "correlation"], how="left")
+    linked = (
+        work.filter(pl.col("launch_ns").is_not_null())
+        .sort("launch_ns")
+        .join_asof(
+            markers.select("rank", "step", step_start_ns="start_ns", step_end_ns="end_ns").sort(
+                "step_start_ns"
+            ),
+            left_on="launch_ns",
+            right_on="step_start_ns",
+            by="rank",
+            strategy="backward",
+            check_sortedness=False,  # both sides are sorted by the key, globally
+        )
+        .with_columns(
+            step=pl.when(pl.col("launch_ns") < pl.col("step_end_ns")).then(pl.col("step"))
+        )
+        .drop("step_start_ns", "step_end_ns")
+    )
+    unlinked = work.filter(pl.col("launch_ns").is_null()).with_columns(step=pl.lit(None, pl.Int64))
+    return pl.concat([linked, unlinked], how="vertical")
+
+
+def device_steps(work: pl.LazyFrame, markers: pl.LazyFrame) -> pl.LazyFrame:
+    """Each step on each device: rank, device, step, name, start_ns, end_ns (tiling the window)."""
+    per_step = (
+        work.filter(pl.col("step").is_not_null())
+        .group_by("rank", "device", "step")
+        .agg(first_ns=pl.col("start_ns").min(), last_ns=pl.col("end_ns").max())
+        .sort("rank", "device", "first_ns")
+    )
+    window_end = pl.col("last_ns").max().over(DEVICE_KEY)
+    return (
+        per_step.with_columns(
+            start_ns=pl.col("first_ns"),
+            end_ns=pl.coalesce(pl.col("first_ns").shift(-1).over(DEVICE_KEY), window_end),
+        )
+        .join(markers.select("rank", "step", "name"), on=["rank", "step"], how="left")
+        .select("rank", "device", "step", "name", "start_ns", "end_ns")
+        .sort("rank", "device", "start_ns")
+    )
+
+
+def device_windows(
+    work: pl.LazyFrame, steps: pl.LazyFrame, markers: pl.LazyFrame, by_steps: bool
+) -> pl.LazyFrame:
+    """The window of each (rank, device): rank, device, start_ns, end_ns."""
+    if by_steps:
+        projected = steps.group_by(DEVICE_KEY).agg(pl.col("start_ns").min(), pl.col("end_ns").max())
+        # a device none of whose work was launched inside a step (unlinked work): fall back
+        # to its GPU work that starts inside the host span of the steps
+        span = markers.group_by("rank").agg(lo=pl.col("start_ns").min(), hi=pl.col("end_ns").max())
+        fallback = (
+            work.join(span, on="rank")
+            .filter((pl.col("start_ns") >= pl.col("lo")) & (pl.col("start_ns") < pl.col("hi")))
+            .group_by(DEVICE_KEY)
+            .agg(pl.col("start_ns").min(), pl.col("end_ns").max())
+            .join(projected, on=DEVICE_KEY, how="anti")
+        )
+        return pl.concat([projected, fallback]).sort(DEVICE_KEY)
+    return (
+        work.group_by(DEVICE_KEY)
+        .agg(pl.col("start_ns").min(), pl.col("end_ns").max())
+        .sort(DEVICE_KEY)
+    )

@@ -1,0 +1,59 @@
+"""TraceMeta: what we know about a trace besides its events."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceInfo:
+    """One GPU as the trace describes it (Kineto `deviceProperties`, Nsight target info)."""
+
+    rank: int
+    device: int
+    name: str | None = None
+    compute_capability: str | None = None
+    sm_count: int | None = None
+    memory_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RankInfo:
+    """One rank of a job, and how its number was found."""
+
+    rank: int
+    rank_source: str  # "distributedInfo", "file name" or "default"
+    path: str
+    world_size: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DataQuality:
+    """What the reader had to drop or could not read, so findings can say so.
+
+    `dropped` maps a reason ("zero timestamp", "category cuda_profiler_range", ...) to an
+    event count. `truncated_files` lists inputs that ended mid-event; the whole events before
+    the cut were kept.
+    """
+
+    truncated_files: tuple[str, ...] = ()
+    dropped: dict[str, int] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def truncated(self) -> bool:
+        """True when at least one input was cut off."""
+        return bool(self.truncated_files)
+
+
+@dataclass(frozen=True, slots=True)
+class TraceMeta:
+    """Source, producer, ranks, devices and data quality of one (possibly multi-rank) trace."""
+
+    path: str
+    format: str  # "chrome" or "nsys-sqlite"
+    producer: str | None = None
+    producer_version: str | None = None
+    ranks: tuple[RankInfo, ...] = ()
+    devices: tuple[DeviceInfo, ...] = ()
+    quality: DataQuality = field(default_factory=DataQuality)

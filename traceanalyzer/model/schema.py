@@ -1,0 +1,74 @@
+"""EVENT_SCHEMA: the single source of truth for the timeline's columns.
+
+Every reader emits exactly these columns, in this order, with these dtypes; a value the
+source does not record is null. Times are integer nanoseconds, end-exclusive, in the
+trace's own clock, converted once in the reader.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+import polars as pl
+
+
+class Kind(StrEnum):
+    """What the profiler recorded for one event."""
+
+    KERNEL = "kernel"  # a GPU kernel
+    MEMCPY = "memcpy"  # a GPU copy
+    MEMSET = "memset"  # a GPU memset
+    RUNTIME = "runtime"  # a CUDA (or HIP) runtime API call on the host
+    DRIVER = "driver"  # a CUDA driver API call on the host
+    CPU_OP = "cpu_op"  # a framework operator (aten::mm, ...)
+    ANNOTATION = "annotation"  # a user range on the host (record_function, NVTX, ProfilerStep#N)
+    GPU_ANNOTATION = "gpu_annotation"  # a user range projected onto a GPU stream
+    PYTHON = "python"  # a Python frame (with_stack=True)
+    SYNC = "sync"  # a CUPTI synchronisation record (stream/event/device synchronize)
+
+
+KIND = pl.Enum([k.value for k in Kind])
+
+#: GPU work in the contract's sense: kernels, memcpys and memsets.
+GPU_KINDS: tuple[Kind, ...] = (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)
+
+#: column -> (dtype, one-line doc). `docs/schema.md` is generated from this table.
+COLUMNS: dict[str, tuple[pl.DataType, str]] = {
+    "rank": (pl.Int32(), "distributed rank; 0 where the trace names none"),
+    "device": (pl.Int32(), "GPU ordinal on that rank; null for host events"),
+    "stream": (pl.Int64(), "CUDA stream id; null for host events"),
+    "pid": (pl.Int64(), "host process id; null for device events"),
+    "tid": (pl.Int64(), "host thread id; null for device events"),
+    "kind": (KIND, "what the profiler recorded (see Kind)"),
+    "name": (pl.Categorical(), "kernel / operator / API / range name as recorded"),
+    "start_ns": (pl.Int64(), "start, integer ns in the trace's clock"),
+    "end_ns": (pl.Int64(), "end (exclusive), integer ns; end_ns >= start_ns"),
+    "correlation": (
+        pl.Int64(),
+        "links a runtime launch to the GPU work it launched (unique per rank and process)",
+    ),
+    "external_id": (pl.Int64(), "links a CPU operator to the runtime calls it made"),
+    "grid": (pl.List(pl.Int32()), "kernel grid size [x, y, z] in blocks"),
+    "block": (pl.List(pl.Int32()), "kernel block size [x, y, z] in threads"),
+    "bytes": (pl.Int64(), "bytes moved by a memcpy or set by a memset"),
+    "input_dims": (pl.String(), "recorded input shapes of a CPU operator, as JSON text"),
+    "input_types": (pl.String(), "recorded input dtypes of a CPU operator, as JSON text"),
+}
+
+EVENT_SCHEMA: pl.Schema = pl.Schema({name: dtype for name, (dtype, _doc) in COLUMNS.items()})
+
+
+def empty_events() -> pl.DataFrame:
+    """Return an empty frame with the full event schema."""
+    return pl.DataFrame(schema=EVENT_SCHEMA)
+
+
+def schema_markdown() -> str:
+    """Render the schema as a Markdown table (for `docs/schema.md` and `traceanalyzer schema`)."""
+    lines = ["| column | dtype | meaning |", "| --- | --- | --- |"]
+    for name, (dtype, doc) in COLUMNS.items():
+        lines.append(f"| `{name}` | {dtype} | {doc} |")
+    kinds = ", ".join(f"`{k.value}`" for k in Kind)
+    lines.append("")
+    lines.append(f"`kind` is one of {kinds}.")
+    return "\n".join(lines) + "\n"

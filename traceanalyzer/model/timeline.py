@@ -1,0 +1,68 @@
+"""Timeline: the event table every reader produces and every analysis reads."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import polars as pl
+
+from traceanalyzer.model.meta import DataQuality, TraceMeta
+from traceanalyzer.model.schema import EVENT_SCHEMA, GPU_KINDS
+
+
+@dataclass(frozen=True, slots=True)
+class Timeline:
+    """Events (conforming to EVENT_SCHEMA) plus what is known about the trace."""
+
+    events: pl.DataFrame
+    meta: TraceMeta
+
+    def validate(self) -> Timeline:
+        """Check the schema invariants; raise ValueError on a broken reader. Returns self."""
+        if self.events.schema != EVENT_SCHEMA:
+            raise ValueError(
+                f"timeline schema mismatch: {dict(self.events.schema)} != {dict(EVENT_SCHEMA)}"
+            )
+        gpu = pl.col("kind").is_in([k.value for k in GPU_KINDS])
+        bad = self.events.select(
+            neg=(pl.col("end_ns") < pl.col("start_ns")).sum(),
+            null_time=(pl.col("start_ns").is_null() | pl.col("end_ns").is_null()).sum(),
+            null_kind=pl.col("kind").is_null().sum(),
+            gpu_no_place=(gpu & (pl.col("device").is_null() | pl.col("stream").is_null())).sum(),
+            null_rank=pl.col("rank").is_null().sum(),
+        ).row(0, named=True)
+        problems = {k: v for k, v in bad.items() if v}
+        if problems:
+            raise ValueError(f"timeline invariants violated: {problems}")
+        return self
+
+    def gpu_work(self) -> pl.LazyFrame:
+        """Kernels, memcpys and memsets, lazily."""
+        return self.events.lazy().filter(pl.col("kind").is_in([k.value for k in GPU_KINDS]))
+
+
+def combine(parts: list[Timeline], path: str) -> Timeline:
+    """Merge per-rank timelines of one job into one (ranks must already be set)."""
+    if len(parts) == 1:
+        return parts[0]
+    events = pl.concat([p.events for p in parts], how="vertical")
+    dropped: Counter[str] = Counter()
+    for p in parts:
+        dropped.update(p.meta.quality.dropped)
+    quality = DataQuality(
+        truncated_files=tuple(f for p in parts for f in p.meta.quality.truncated_files),
+        dropped=dict(dropped),
+        notes=tuple(n for p in parts for n in p.meta.quality.notes),
+    )
+    first = parts[0].meta
+    meta = TraceMeta(
+        path=path,
+        format=first.format,
+        producer=first.producer,
+        producer_version=first.producer_version,
+        ranks=tuple(r for p in parts for r in p.meta.ranks),
+        devices=tuple(d for p in parts for d in p.meta.devices),
+        quality=quality,
+    )
+    return Timeline(events=events, meta=meta)

@@ -1,0 +1,23 @@
+"""Renderers: Report -> terminal text or JSON. Pick by `--format` or by the output suffix."""
+
+from __future__ import annotations
+
+from traceanalyzer.render.base import Renderer, write_report
+from traceanalyzer.render.json_report import JsonRenderer
+from traceanalyzer.render.terminal import TerminalRenderer
+
+RENDERERS: dict[str, Renderer] = {"terminal": TerminalRenderer(), "json": JsonRenderer()}
+
+
+def pick(fmt: str | None, out: str | None) -> Renderer:
+    """The renderer named by `fmt`, else the one whose suffix `out` ends with, else terminal."""
+    if fmt:
+        return RENDERERS[fmt]
+    if out and out != "-":
+        for r in RENDERERS.values():
+            if out.endswith(r.suffix):
+                return r
+    return RENDERERS["terminal"]
+
+
+__all__ = ["RENDERERS", "pick", "write_report"]

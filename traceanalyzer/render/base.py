@@ -1,0 +1,46 @@
+"""Renderer protocol and the atomic writer every renderer goes through."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Protocol, TextIO
+
+from traceanalyzer.errors import ReportWriteError
+from traceanalyzer.report import Report
+
+
+class Renderer(Protocol):
+    """Turns a Report into text on a stream."""
+
+    name: str
+    suffix: str
+
+    def render(self, report: Report, out: TextIO) -> None:
+        """Write the whole report to `out`."""
+        ...
+
+
+def write_report(report: Report, renderer: Renderer, path: str | None) -> None:
+    """Render to stdout (`None` or `-`), or to `path` atomically: a temp file renamed into
+    place, so a failure never leaves a half-written report."""
+    if path in (None, "-"):
+        renderer.render(report, sys.stdout)
+        return
+    target = Path(path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    except OSError as exc:
+        raise ReportWriteError(
+            f"cannot write the report ({exc.strerror})", path=target, hint="check the output path"
+        ) from exc
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            renderer.render(report, out)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,28 @@
+"""Human-readable units for text renderers (the only place ns become ms)."""
+
+from __future__ import annotations
+
+
+def duration(ns: int | None) -> str:
+    """Format integer ns as s, ms, µs or ns with three significant figures or so."""
+    if ns is None:
+        return "n/a"
+    a = abs(ns)
+    if a >= 1_000_000_000:
+        return f"{ns / 1e9:.2f} s"
+    if a >= 1_000_000:
+        return f"{ns / 1e6:.2f} ms"
+    if a >= 1_000:
+        return f"{ns / 1e3:.1f} µs"
+    return f"{ns} ns"
+
+
+def percent(share: float | None) -> str:
+    """Format a 0..1 share as a percentage."""
+    return "n/a" if share is None else f"{share * 100:.1f} %"
+
+
+def printable(text: str, width: int) -> str:
+    """Drop control characters (a trace's names are untrusted) and cut to `width`."""
+    clean = "".join(ch if ch.isprintable() else "?" for ch in text)
+    return clean if len(clean) <= width else clean[: width - 1] + "…"

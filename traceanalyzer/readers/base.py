@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import Protocol
 
 from traceanalyzer.errors import TraceFormatError
 from traceanalyzer.model import Timeline
@@ -31,69 +30,92 @@ class Reader(Protocol):
 
 def head_bytes(path: Path, n: int = 4096) -> bytes:
     """Return the first `n` bytes of the decompressed content (gzip recognised by magic)."""
+    buf = bytearray(n)
     try:
-        return next(iter(ByteBlocks(path, n)), b"")[:n]
+        with ByteSource(path) as src:
+            got = src.readinto(memoryview(buf))
     except TraceFormatError:
         return b""
+    return bytes(buf[:got])
 
 
-class ByteBlocks:
-    """The decompressed content of a file, in blocks of about `size` bytes.
+class ByteSource:
+    """The decompressed content of a file, read into the caller's buffers.
 
-    A gzip stream that is cut off ends the data instead of raising (everything decompressed
-    before the cut is yielded) and sets `truncated`: Kineto traces are sometimes left
-    unfinished, and the events before the cut are still worth reading.
+    Plain files are read straight into the buffer (no intermediate copies); gzip, recognised
+    by its magic bytes whatever the suffix, is decompressed as it goes. A gzip stream that is
+    cut off ends the data instead of raising and sets `truncated`: Kineto traces are sometimes
+    left unfinished, and the events before the cut are still worth reading.
     """
 
-    def __init__(self, path: Path, size: int) -> None:
+    def __init__(self, path: Path) -> None:
         self.path = path
-        self.size = size
         self.truncated = False
-
-    def __iter__(self) -> Iterator[bytes]:
         try:
-            fh = self.path.open("rb")
+            self._fh = path.open("rb")
         except PermissionError as exc:
             raise TraceFormatError(
                 "cannot read the file: permission denied",
-                path=self.path,
+                path=path,
                 hint="check its permissions",
             ) from exc
-        with fh:
-            if fh.read(2) != GZIP_MAGIC:
-                fh.seek(0)
-                while block := fh.read(self.size):
-                    yield block
-                return
-            fh.seek(0)
-            yield from self._gunzip(fh)
+        self.gzip = self._fh.read(2) == GZIP_MAGIC
+        self._fh.seek(0)
+        self._d = zlib.decompressobj(wbits=31)
+        self._member_done = False  # True right after a gzip member ended
+        self._pending = b""  # decompressed bytes not yet handed out
+        self._raw_eof = False
 
-    def _gunzip(self, fh: BinaryIO) -> Iterator[bytes]:
-        d = zlib.decompressobj(wbits=31)
-        member_done = False  # True right after a gzip member ended
-        pieces: list[bytes] = []
-        held = 0
-        while chunk := fh.read(1 << 20):
-            while chunk:
-                if member_done:  # bytes after a member's end: a concatenated member
-                    d = zlib.decompressobj(wbits=31)
-                    member_done = False
-                try:
-                    out = d.decompress(chunk)
-                except zlib.error as exc:
-                    raise TraceFormatError(
-                        f"corrupt gzip data ({exc})",
-                        path=self.path,
-                        hint="the file is damaged; copy it again from its source",
-                    ) from exc
-                pieces.append(out)
-                held += len(out)
-                chunk = d.unused_data if d.eof else b""
-                member_done = d.eof
-            if held >= self.size:
-                yield b"".join(pieces)
-                pieces, held = [], 0
-        if not member_done:
-            self.truncated = True
-        if pieces:
-            yield b"".join(pieces)
+    def __enter__(self) -> ByteSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._fh.close()
+
+    def readinto(self, buf: memoryview) -> int:
+        """Fill `buf` (fully unless the data ends); return the number of bytes, 0 at the end."""
+        if not self.gzip:
+            total = 0
+            while total < len(buf):
+                got = self._fh.readinto(buf[total:])
+                if not got:
+                    break
+                total += got
+            return total
+        total = 0
+        while total < len(buf):
+            if not self._pending:
+                if self._raw_eof:
+                    break
+                self._pending = self._inflate()
+                continue
+            take = min(len(buf) - total, len(self._pending))
+            buf[total : total + take] = self._pending[:take]
+            self._pending = self._pending[take:]
+            total += take
+        return total
+
+    def _inflate(self) -> bytes:
+        """Decompress the next compressed chunk (b"" when the data has ended)."""
+        chunk = self._fh.read(1 << 20)
+        if not chunk:
+            self._raw_eof = True
+            if not self._member_done:
+                self.truncated = True
+            return b""
+        pieces = []
+        while chunk:
+            if self._member_done:  # bytes after a member's end: a concatenated member
+                self._d = zlib.decompressobj(wbits=31)
+                self._member_done = False
+            try:
+                pieces.append(self._d.decompress(chunk))
+            except zlib.error as exc:
+                raise TraceFormatError(
+                    f"corrupt gzip data ({exc})",
+                    path=self.path,
+                    hint="the file is damaged; copy it again from its source",
+                ) from exc
+            chunk = self._d.unused_data if self._d.eof else b""
+            self._member_done = self._d.eof
+        return b"".join(pieces)

@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections import Counter
-from collections.abc import Iterator
+from collections import Counter, deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import orjson
 import polars as pl
 
@@ -41,25 +40,27 @@ from traceanalyzer.model import (
     TraceMeta,
     combine,
 )
-from traceanalyzer.readers.base import ByteBlocks, head_bytes
+from traceanalyzer.readers.base import ByteSource, head_bytes
+from traceanalyzer.readers.json_scan import EventSplitter, exact_text
 
 #: Bytes read per block. Peak memory is a few blocks plus the parsed columns.
-BLOCK_BYTES = 32 << 20
+BLOCK_BYTES = 16 << 20
 #: How far into a file the `"traceEvents"` key is looked for before giving up.
 MAX_HEADER_BYTES = 256 << 20
 
-#: Kineto `cat` (lower-cased: the 2021 schema capitalises) -> timeline kind.
+#: Kineto `cat` -> timeline kind (the 2021 schema capitalises its categories).
 KIND_BY_CAT: dict[str, str] = {
     "kernel": "kernel",
+    "Kernel": "kernel",
     "gpu_memcpy": "memcpy",
-    "memcpy": "memcpy",
+    "Memcpy": "memcpy",
     "gpu_memset": "memset",
-    "memset": "memset",
+    "Memset": "memset",
     "cuda_runtime": "runtime",
-    "runtime": "runtime",
+    "Runtime": "runtime",
     "cuda_driver": "driver",
     "cpu_op": "cpu_op",
-    "operator": "cpu_op",
+    "Operator": "cpu_op",
     "user_annotation": "annotation",
     "gpu_user_annotation": "gpu_annotation",
     "python_function": "python",
@@ -71,36 +72,69 @@ IGNORED_CATS = frozenset({"trace", "overhead", "fwdbwd", "ac2g", "async", "async
 
 _DEVICE_KINDS = ("kernel", "memcpy", "memset", "gpu_annotation", "sync")
 
-#: The fields parsed from each event; everything else is skipped by the NDJSON parser.
-#: Ids and places are read as text because producers disagree on their type
-#: (`"tid": "stream 7"` in 2021, `"stream": "0x0"` on ROCm).
-RAW_SCHEMA = pl.Schema(
-    {
-        "ph": pl.String(),
-        "cat": pl.String(),
-        "name": pl.String(),
-        "pid": pl.String(),
-        "tid": pl.String(),
-        "ts": pl.Float64(),
-        "tn": pl.Int64(),  # exact ns, see _exact_timestamps
-        "dur": pl.Float64(),
-        "args": pl.Struct(
-            {
-                "device": pl.String(),
-                "stream": pl.String(),
-                "correlation": pl.Int64(),
-                "External id": pl.Int64(),
-                "external id": pl.Int64(),
-                "grid": pl.List(pl.Int64()),
-                "block": pl.List(pl.Int64()),
-                "bytes": pl.Int64(),
-                "Input Dims": pl.String(),
-                "Input dims": pl.String(),
-                "Input type": pl.String(),
-            }
-        ),
-    }
-)
+
+def raw_schema(text_ids: bool) -> pl.Schema:
+    """The fields parsed from each event; everything else is skipped by the NDJSON parser.
+
+    Ids and places are numbers in current Kineto and are parsed as such (`text_ids=False`);
+    some producers write them as text (`"tid": "stream 7"` in 2021, `"stream": "0x0"` on
+    ROCm), and a block that does is parsed with them as text (`text_ids=True`).
+    """
+    ident = pl.String() if text_ids else pl.Int64()
+    return pl.Schema(
+        {
+            "ph": pl.String(),
+            "cat": pl.String(),
+            "name": pl.Categorical(),
+            "pid": ident,
+            "tid": ident,
+            "ts": pl.Float64(),
+            "tn": pl.Int64(),  # exact ns, see json_scan.exact_timestamps
+            "dur": pl.Float64(),
+            "args": pl.Struct(
+                {
+                    "device": ident,
+                    "stream": ident,
+                    "correlation": pl.Int64(),
+                    "External id": pl.Int64(),
+                    "external id": pl.Int64(),
+                    "grid": pl.List(pl.Int64()),
+                    "block": pl.List(pl.Int64()),
+                    "bytes": pl.Int64(),
+                    "Input Dims": pl.String(),
+                    "Input dims": pl.String(),
+                    "Input type": pl.String(),
+                }
+            ),
+        }
+    )
+
+
+_GPU_CATS = ["kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"]
+
+
+def _parse_ndjson(ndjson: bytes, parsed: _Parsed) -> pl.DataFrame:
+    """Parse NDJSON events with ids as numbers, or as text once the file showed text ids.
+
+    A text id parsed as a number comes out null; a duration event without pid/tid, or a GPU
+    event with args but no stream, means this producer writes ids as text: the block is
+    parsed again that way, and so is every later block of the file.
+    """
+    if not parsed.text_ids:
+        raw = pl.read_ndjson(ndjson, schema=raw_schema(text_ids=False), ignore_errors=True)
+        suspicious = raw.select(
+            (
+                (pl.col("ph") == "X") & (pl.col("pid").is_null() | pl.col("tid").is_null())
+                | pl.col("cat").is_in(_GPU_CATS)
+                & pl.col("args").is_not_null()
+                & pl.col("args").struct.field("stream").is_null()
+            ).any()
+        ).item()
+        if not suspicious:
+            return raw
+        parsed.text_ids = True
+    return pl.read_ndjson(ndjson, schema=raw_schema(text_ids=True), ignore_errors=True)
+
 
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
@@ -170,64 +204,120 @@ class _Parsed:
     dropped: Counter[str] = field(default_factory=Counter)
     truncated: bool = False
     notes: list[str] = field(default_factory=list)
+    text_ids: bool = False  # ids are written as text: see _parse_ndjson
+
+
+class _Window:
+    """A reusable buffer over the file: read at the end, consumed from the front.
+
+    Reusing one buffer instead of allocating a fresh block for every read keeps the kernel
+    from zeroing and mapping new pages for each of them (seconds of system time per GB).
+    """
+
+    def __init__(self, source: ByteSource) -> None:
+        self.source = source
+        self.data = bytearray(2 * BLOCK_BYTES)
+        self.n = 0
+        self.eof = False
+
+    def fill(self) -> None:
+        """Read up to one more block after the valid bytes."""
+        if len(self.data) < self.n + BLOCK_BYTES:
+            self.data.extend(bytes(self.n + BLOCK_BYTES - len(self.data)))
+        with memoryview(self.data) as view:
+            got = self.source.readinto(view[self.n : self.n + BLOCK_BYTES])
+        self.n += got
+        self.eof = got < BLOCK_BYTES
+
+    def drop(self, k: int) -> None:
+        """Forget the first `k` valid bytes (the rest moves to the front)."""
+        self.data[: self.n - k] = self.data[k : self.n]
+        self.n -= k
+
+    def take(self, k: int) -> bytes:
+        """A copy of the first `k` bytes."""
+        with memoryview(self.data) as view:
+            return bytes(view[:k])
+
+
+_NON_WS = re.compile(rb"[^ \t\r\n]")
 
 
 def read_file(path: Path) -> _Parsed:
     """Parse one Chrome-trace file into normalised event frames (rank not yet set)."""
     if not path.exists():
         raise TraceFormatError("no such file or folder", path=path, hint="check the path")
-    source = ByteBlocks(path, BLOCK_BYTES)
-    blocks = _with_last_flag(iter(source))
-    buf, eof = next(blocks, (b"", True))
-    lead = buf.lstrip(_WS)
-    if not lead and eof:
-        raise TraceFormatError(
-            "the file is empty", path=path, hint="the profiler may have crashed before writing"
-        )
-    if lead[:1] not in (b"{", b"["):
-        raise UnsupportedTraceError(
-            "not a JSON trace (it does not start with '{' or '[')",
-            path=path,
-            hint="traceanalyzer reads torch.profiler Chrome traces (.json, .json.gz)",
-        )
-    if lead[:1] == b"[":  # the Trace Event Format's bare-array form
-        start, header_bytes = len(buf) - len(lead) + 1, b""
-    else:
-        match = _EVENTS_KEY.search(buf)
-        while match is None and not eof and len(buf) < MAX_HEADER_BYTES:
-            more, eof = next(blocks)
-            buf += more
-            match = _EVENTS_KEY.search(buf)
-        if match is None:
-            _raise_no_events(path, buf, eof)
-        assert match is not None
-        start, header_bytes = match.end(), buf[: match.start()]
-    parsed = _Parsed(path=path, header=_parse_header(header_bytes))
-    body = buf[start:]
-    del buf
-    splitter = _Splitter()
-    while True:
-        body = _consume_whole_events(body, splitter, parsed)
-        if eof:
-            break
-        more, eof = next(blocks)
-        body = body + more if more else body
-    _parse_tail(body, parsed)
-    if source.truncated and not parsed.truncated:
-        parsed.truncated = True
-        parsed.notes.append(f"{path.name}: the gzip stream is cut off")
+    with ByteSource(path) as source:
+        win = _Window(source)
+        win.fill()
+        lead = _NON_WS.search(win.data, 0, win.n)
+        if lead is None:
+            raise TraceFormatError(
+                "the file is empty" if win.eof else "not a JSON trace (only whitespace)",
+                path=path,
+                hint="the profiler may have crashed before writing",
+            )
+        first = win.data[lead.start()]
+        if first not in b"{[":
+            raise UnsupportedTraceError(
+                "not a JSON trace (it does not start with '{' or '[')",
+                path=path,
+                hint="traceanalyzer reads torch.profiler Chrome traces (.json, .json.gz)",
+            )
+        if first == ord("["):  # the Trace Event Format's bare-array form
+            start, header = lead.start() + 1, b""
+        else:
+            match = _EVENTS_KEY.search(win.data, 0, win.n)
+            while match is None and not win.eof and win.n < MAX_HEADER_BYTES:
+                win.fill()
+                match = _EVENTS_KEY.search(win.data, 0, win.n)
+            if match is None:
+                _raise_no_events(path, win.take(win.n), win.eof)
+            assert match is not None
+            start, header = match.end(), win.take(match.start())
+        parsed = _Parsed(path=path, header=_parse_header(header))
+        win.drop(start)
+        _read_events(win, parsed)
+        _parse_tail(win.take(win.n), parsed)
+        if source.truncated and not parsed.truncated:
+            parsed.truncated = True
+            parsed.notes.append(f"{path.name}: the gzip stream is cut off")
     return parsed
 
 
-def _with_last_flag(blocks: Iterator[bytes]) -> Iterator[tuple[bytes, bool]]:
-    """Yield (block, is_last) pairs, looking one block ahead."""
-    prev = next(blocks, None)
-    if prev is None:
-        return
-    for block in blocks:
-        yield prev, False
-        prev = block
-    yield prev, True
+def _read_events(win: _Window, parsed: _Parsed) -> None:
+    """Turn every whole event into frames; leave what follows the last separator in `win`.
+
+    The main thread reads and splits the next block (numpy and I/O, which release the GIL)
+    while a worker thread parses the previous one (polars): the two overlap on two cores.
+    """
+    splitter = EventSplitter()
+    pending: deque[Future[None]] = deque()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        while True:
+            cut = splitter.split_in_place(win.data, win.n)
+            if cut is not None:
+                end, rest = cut
+                pending.append(pool.submit(_parse_block, win.take(end), parsed))
+                win.drop(rest)
+                while len(pending) > 1:  # at most one block waits: memory stays bounded
+                    pending.popleft().result()
+            if win.eof:
+                break
+            win.fill()
+        while pending:
+            pending.popleft().result()
+
+
+def _parse_block(ndjson: bytes, parsed: _Parsed) -> None:
+    """Parse one block of NDJSON events into a normalised frame (runs on the worker)."""
+    try:
+        raw = _parse_ndjson(ndjson, parsed)
+    except pl.exceptions.ComputeError:
+        # a separator that was not one (an array of objects nested at the same depth):
+        # parse this stretch with the exact scanner instead
+        raw = _raw_from_dicts(_scan_events(ndjson.decode("utf-8", "replace"))[0], parsed)
+    _add_frame(raw, parsed)
 
 
 def _raise_no_events(path: Path, buf: bytes, eof: bool) -> None:
@@ -266,70 +356,6 @@ def _parse_header(header: bytes) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
-@dataclass
-class _Splitter:
-    """Finds the structural separators between Kineto events in a block of bytes."""
-
-    indent: int | None = None
-
-    def boundaries(self, arr: np.ndarray[Any, np.dtype[np.uint8]]) -> tuple[Any, Any]:
-        """Return (all newline positions, positions of newlines that separate two events)."""
-        newlines = np.flatnonzero(arr == 10)
-        if newlines.size == 0:
-            return newlines, newlines
-        ok = newlines[newlines >= 2]
-        cand = ok[(arr[ok - 1] == 44) & (arr[ok - 2] == 125)]  # '},' then newline
-        if cand.size == 0:
-            return newlines, cand
-        if self.indent is None:
-            self.indent = _indent_after(arr, cand)
-            if self.indent is None:
-                return newlines, cand[:0]
-        k = self.indent
-        cand = cand[cand + 1 + k < arr.size]
-        sep = cand[arr[cand + 1 + k] == 123]  # then `indent` spaces and '{'
-        if k:
-            for j in range(1, k + 1):  # a handful of columns, not a loop over events
-                sep = sep[arr[sep + j] == 32]
-        return newlines, sep
-
-
-def _indent_after(arr: np.ndarray[Any, np.dtype[np.uint8]], cand: Any) -> int | None:
-    """Count the spaces between the first `},\\n` separator and the next `{`."""
-    for p in cand[:16]:
-        k = 0
-        while p + 1 + k < arr.size and arr[p + 1 + k] == 32:
-            k += 1
-        if p + 1 + k < arr.size and arr[p + 1 + k] == 123:
-            return k
-    return None
-
-
-def _consume_whole_events(body: bytes, splitter: _Splitter, parsed: _Parsed) -> bytes:
-    """Parse the whole events at the front of `body`; return the rest (from the last `{`)."""
-    arr = np.frombuffer(body, dtype=np.uint8)
-    newlines, sep = splitter.boundaries(arr)
-    if sep.size == 0:
-        return body
-    last = int(sep[-1])
-    newlines = newlines[newlines < last]
-    sep = sep[:-1]
-    out = arr[:last].copy()
-    out[newlines] = 32  # fold each multi-line event onto one line
-    out[sep] = 10  # one event per line
-    out[sep - 1] = 32  # drop the separating comma
-    out[last - 1] = 32  # and the one before the block's last separator
-    _exact_timestamps(out)
-    try:
-        raw = pl.read_ndjson(out.tobytes(), schema=RAW_SCHEMA, ignore_errors=True)
-    except pl.exceptions.ComputeError:
-        # a separator that was not one (an array of objects nested at the same depth):
-        # parse this stretch with the exact scanner instead
-        raw = _raw_from_dicts(_scan_events(_exact_text(body[:last]))[0])
-    _add_frame(raw, parsed)
-    return body[last + 1 :]
-
-
 def _scan_events(text: str) -> tuple[list[Any], int]:
     """Decode consecutive `{...}` values separated by commas; stop at `]` or a cut-off.
 
@@ -354,10 +380,10 @@ def _scan_events(text: str) -> tuple[list[Any], int]:
 
 def _parse_tail(body: bytes, parsed: _Parsed) -> None:
     """Parse what follows the last separator: the last events, `]`, and the trailing keys."""
-    text = _exact_text(body)
+    text = exact_text(body)
     events, end = _scan_events(text)
     if events:
-        _add_frame(_raw_from_dicts(events), parsed)
+        _add_frame(_raw_from_dicts(events, parsed), parsed)
     if end < 0:
         parsed.truncated = True
         parsed.notes.append(
@@ -379,96 +405,25 @@ def _parse_tail(body: bytes, parsed: _Parsed) -> None:
             parsed.header.setdefault(key, value)
 
 
-def _exact_text(data: bytes) -> str:
-    """The text of `data` with exact-ns timestamps (see `_exact_timestamps`)."""
-    arr = np.frombuffer(data, dtype=np.uint8).copy()
-    _exact_timestamps(arr)
-    return arr.tobytes().decode("utf-8", "replace")
-
-
-def _raw_from_dicts(events: list[Any]) -> pl.DataFrame:
+def _raw_from_dicts(events: list[Any], parsed: _Parsed) -> pl.DataFrame:
     """Turn decoded event dicts into the raw frame (via NDJSON, so typing is identical)."""
     dicts = [e for e in events if isinstance(e, dict)]
     if not dicts:
-        return pl.DataFrame(schema=RAW_SCHEMA)
-    ndjson = b"\n".join(map(orjson.dumps, dicts))
-    return pl.read_ndjson(ndjson, schema=RAW_SCHEMA, ignore_errors=True)
-
-
-_TS_WINDOW = 24
-
-
-def _exact_timestamps(out: np.ndarray[Any, np.dtype[np.uint8]]) -> None:
-    """Rewrite `"ts": 1712195495519689.047` as `"tn":  1712195495519689047` in place.
-
-    Kineto writes float microseconds with ns decimals; epoch-based values like the one above
-    have 19 significant digits, more than a float64 holds (it would be off by up to 125 ns).
-    Moving the decimal point in the text, in the same number of bytes, lets the JSON parser
-    read exact integer nanoseconds into the `tn` field. Values it cannot rewrite in place
-    (integers, no space to spare, more than 3 decimals) stay `ts` and are exact as floats
-    or as close as a float allows. Vectorised over all timestamps of a block at once.
-    """
-    if out.size < 8:
-        return
-    t = np.flatnonzero(out[1:-6] == 116) + 1
-    t = t[(out[t - 1] == 34) & (out[t + 1] == 115) & (out[t + 2] == 34) & (out[t + 3] == 58)]
-    if t.size == 0:
-        return
-    r0 = t + 4
-    sp = (out[r0] == 32).astype(np.int64)
-    v = r0 + sp
-    cols = np.arange(_TS_WINDOW)
-    idx = np.minimum(v[:, None] + cols, out.size - 1)
-    win = out[idx]
-    isdig = (win >= 48) & (win <= 57)
-    nd = ~isdig
-    k = nd.argmax(1)
-    dot = win[np.arange(win.shape[0]), k] == 46
-    nd_after = nd & (cols > k[:, None])
-    e = nd_after.argmax(1)
-    f = e - k - 1
-    ok = (
-        dot
-        & (k >= 1)
-        & (win[:, 0] != 48)  # no leading zero: "0001" is not JSON
-        & nd_after.any(1)
-        & (f >= 1)
-        & (f <= 3)
-        & (sp + f >= 2)
-        & (v + e < out.size)
-    )
-    if not ok.any():
-        return
-    t, r0, sp, k, f, win = t[ok], r0[ok], sp[ok], k[ok], f[ok], win[ok]
-    length = sp + k + 1 + f  # bytes from r0 to the end of the number
-    pad = sp + f - 2
-    c = cols[None, :] - pad[:, None]  # position within the new digits
-    kk = k[:, None]
-    ff = f[:, None]
-    # source column in `win` (relative to v) for integer and fraction digits
-    src_int = np.clip(c, 0, _TS_WINDOW - 1)
-    src_frac = np.clip(c + 1, 0, _TS_WINDOW - 1)
-    rows = np.arange(win.shape[0])[:, None]
-    new = np.where(
-        c < 0,
-        32,
-        np.where(c < kk, win[rows, src_int], np.where(c < kk + ff, win[rows, src_frac], 48)),
-    ).astype(np.uint8)
-    write = cols[None, :] < length[:, None]
-    pos = (r0[:, None] + cols[None, :])[write]
-    out[pos] = new[write]
-    out[t + 1] = 110  # "ts" -> "tn"
+        return pl.DataFrame(schema=raw_schema(text_ids=False))
+    return _parse_ndjson(b"\n".join(map(orjson.dumps, dicts)), parsed)
 
 
 # ------------------------------------------------------------------------- normalisation
 
 
-def _int_of(col: pl.Expr) -> pl.Expr:
-    """Parse an id written as an int, a float, `"stream 7"` or `"0x1f"` into Int64."""
-    text = col.str.strip_chars()
-    hexa = text.str.strip_prefix("0x").str.to_integer(base=16, strict=False)
-    digits = text.str.extract(r"(-?\d+)(?:\.0+)?$", 1).str.to_integer(strict=False)
-    return pl.when(text.str.starts_with("0x")).then(hexa).otherwise(digits).cast(pl.Int64)
+def _int_of(col: pl.Expr, text: bool) -> pl.Expr:
+    """An id as Int64; as text it may read `7`, `"7"`, `"stream 7"` or `"0x1f"`."""
+    if not text:
+        return col
+    t = col.str.strip_chars()
+    hexa = t.str.strip_prefix("0x").str.to_integer(base=16, strict=False)
+    digits = t.str.extract(r"(-?\d+)(?:\.0+)?$", 1).str.to_integer(strict=False)
+    return pl.when(t.str.starts_with("0x")).then(hexa).otherwise(digits).cast(pl.Int64)
 
 
 def _to_ns(col: pl.Expr) -> pl.Expr:
@@ -485,69 +440,73 @@ def _add_frame(raw: pl.DataFrame, parsed: _Parsed) -> None:
     """Normalise one raw frame to the event schema (rank set later) and count what is dropped."""
     if raw.height == 0:
         return
-    cat = pl.col("cat").str.to_lowercase()
+    text = raw.schema["pid"] == pl.String
+    known = pl.col("kind").is_not_null()
+    start, dur = pl.col("start_ns"), pl.col("dur")
     tagged = (
         raw.lazy()
         .filter(pl.col("ph") == "X")
         .with_columns(
-            kind=cat.replace_strict(KIND_BY_CAT, default=None, return_dtype=pl.String),
+            kind=pl.col("cat").replace_strict(KIND_BY_CAT, default=None, return_dtype=KIND),
             start_ns=pl.coalesce(pl.col("tn"), _to_ns(pl.col("ts"))),
         )
-    )
-    counts = (
-        tagged.select(
-            reason=pl.when(pl.col("kind").is_null())
-            .then(pl.lit("category ") + pl.col("cat").fill_null("(none)"))
-            .when(pl.col("start_ns").is_null() | pl.col("dur").is_null())
-            .then(pl.lit("missing ts or dur"))
-            .when(pl.col("start_ns") <= 0)
-            .then(pl.lit("zero timestamp"))
-            .when(pl.col("dur") < 0)
-            .then(pl.lit("negative duration")),
-            cat=cat,
+        .with_columns(
+            _unknown=~known & ~pl.col("cat").str.to_lowercase().is_in(list(IGNORED_CATS)),
+            _missing=known & (start.is_null() | dur.is_null()),
+            _zero=known & (start <= 0),
+            _negative=known & (dur < 0),
         )
-        .filter(pl.col("reason").is_not_null() & ~pl.col("cat").is_in(list(IGNORED_CATS)))
-        .group_by("reason")
-        .len()
-        .collect()
     )
-    for reason, n in counts.iter_rows():  # a handful of reasons, not events
-        parsed.dropped[reason] += n
     args = pl.col("args").struct
     on_device = pl.col("kind").is_in(_DEVICE_KINDS)
-    start = pl.col("start_ns")
-    frame = (
-        tagged.filter(
-            pl.col("kind").is_not_null()
-            & pl.col("start_ns").is_not_null()
-            & pl.col("dur").is_not_null()
-            & (pl.col("start_ns") > 0)
-            & (pl.col("dur") >= 0)
-        )
-        .select(
-            rank=pl.lit(0, pl.Int32),
-            device=pl.when(on_device)
-            .then(pl.coalesce(_int_of(args.field("device")), _int_of(pl.col("pid"))))
-            .cast(pl.Int32),
-            stream=pl.when(on_device).then(
-                pl.coalesce(_int_of(args.field("stream")), _int_of(pl.col("tid")))
+    frame, flags = pl.collect_all(
+        [
+            tagged.filter(
+                known & start.is_not_null() & dur.is_not_null() & (start > 0) & (dur >= 0)
+            ).select(
+                rank=pl.lit(0, pl.Int32),
+                device=pl.when(on_device)
+                .then(
+                    pl.coalesce(_int_of(args.field("device"), text), _int_of(pl.col("pid"), text))
+                )
+                .cast(pl.Int32),
+                stream=pl.when(on_device).then(
+                    pl.coalesce(_int_of(args.field("stream"), text), _int_of(pl.col("tid"), text))
+                ),
+                pid=pl.when(~on_device).then(_int_of(pl.col("pid"), text)),
+                tid=pl.when(~on_device).then(_int_of(pl.col("tid"), text)),
+                kind="kind",
+                name=pl.col("name").fill_null(""),
+                start_ns=start,
+                end_ns=start + (dur * 1000).round().cast(pl.Int64),
+                correlation=args.field("correlation"),
+                external_id=pl.coalesce(args.field("External id"), args.field("external id")),
+                grid=args.field("grid").cast(pl.List(pl.Int32)),
+                block=args.field("block").cast(pl.List(pl.Int32)),
+                bytes=args.field("bytes"),
+                input_dims=pl.coalesce(args.field("Input Dims"), args.field("Input dims")),
+                input_types=args.field("Input type"),
             ),
-            pid=pl.when(~on_device).then(_int_of(pl.col("pid"))),
-            tid=pl.when(~on_device).then(_int_of(pl.col("tid"))),
-            kind=pl.col("kind").cast(KIND),
-            name=pl.col("name").fill_null("").cast(pl.Categorical),
-            start_ns=start,
-            end_ns=start + (pl.col("dur") * 1000).round().cast(pl.Int64),
-            correlation=args.field("correlation"),
-            external_id=pl.coalesce(args.field("External id"), args.field("external id")),
-            grid=args.field("grid").cast(pl.List(pl.Int32)),
-            block=args.field("block").cast(pl.List(pl.Int32)),
-            bytes=args.field("bytes"),
-            input_dims=pl.coalesce(args.field("Input Dims"), args.field("Input dims")),
-            input_types=args.field("Input type"),
-        )
-        .collect()
+            tagged.select(
+                pl.col("_unknown").sum(),
+                pl.col("_missing").sum(),
+                pl.col("_zero").sum(),
+                pl.col("_negative").sum(),
+            ),
+        ]
     )
+    unknown, missing, zero, negative = flags.row(0)
+    for reason, n in (
+        ("missing ts or dur", missing),
+        ("zero timestamp", zero),
+        ("negative duration", negative),
+    ):
+        if n:
+            parsed.dropped[reason] += n
+    if unknown:  # rare: name the categories
+        cats = tagged.filter("_unknown").group_by("cat").len().collect()
+        for cat, n in cats.iter_rows():
+            parsed.dropped[f"category {cat if cat is not None else '(none)'}"] += n
     parsed.frames.append(frame)
 
 

@@ -50,7 +50,13 @@ COLUMNS: dict[str, tuple[pl.DataType, str]] = {
     "external_id": (pl.Int64(), "links a CPU operator to the runtime calls it made"),
     "grid": (pl.List(pl.Int32()), "kernel grid size [x, y, z] in blocks"),
     "block": (pl.List(pl.Int32()), "kernel block size [x, y, z] in threads"),
+    "registers": (pl.Int32(), "kernel registers per thread"),
+    "shared_mem_bytes": (pl.Int64(), "kernel shared memory per block (static + dynamic), bytes"),
     "bytes": (pl.Int64(), "bytes moved by a memcpy or set by a memset"),
+    "copy_kind": (pl.Categorical(), "memcpy direction: HtoD, DtoH, DtoD, HtoH, PtoP"),
+    "src_memory": (pl.Categorical(), "memcpy source memory: pageable, pinned, device, managed"),
+    "dst_memory": (pl.Categorical(), "memcpy destination memory: pageable, pinned, device"),
+    "domain": (pl.Categorical(), "NVTX domain of an annotation, where recorded"),
     "input_dims": (pl.String(), "recorded input shapes of a CPU operator, as JSON text"),
     "input_types": (pl.String(), "recorded input dtypes of a CPU operator, as JSON text"),
 }

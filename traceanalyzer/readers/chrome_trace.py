@@ -101,6 +101,8 @@ def raw_schema(text_ids: bool) -> pl.Schema:
                     "grid": pl.List(pl.Int64()),
                     "block": pl.List(pl.Int64()),
                     "bytes": pl.Int64(),
+                    "registers per thread": pl.Int64(),
+                    "shared memory": pl.Int64(),
                     "Input Dims": pl.String(),
                     "Input dims": pl.String(),
                     "Input type": pl.String(),
@@ -483,6 +485,8 @@ def _add_frame(raw: pl.DataFrame, parsed: _Parsed) -> None:
                 external_id=pl.coalesce(args.field("External id"), args.field("external id")),
                 grid=args.field("grid").cast(pl.List(pl.Int32)),
                 block=args.field("block").cast(pl.List(pl.Int32)),
+                registers=args.field("registers per thread").cast(pl.Int32),
+                shared_mem_bytes=args.field("shared memory"),
                 bytes=args.field("bytes"),
                 input_dims=pl.coalesce(args.field("Input Dims"), args.field("Input dims")),
                 input_types=args.field("Input type"),
@@ -524,11 +528,44 @@ def _rank_of(path: Path, header: dict[str, Any]) -> tuple[int, str]:
     return 0, "default"
 
 
+_COPY_NAME = r"^Memcpy (\w+) \((\w+) -> (\w+)\)$"
+
+
+def _with_copy_kinds(events: pl.DataFrame) -> pl.DataFrame:
+    """Add copy_kind / src_memory / dst_memory, parsed from Kineto's memcpy names.
+
+    `Memcpy HtoD (Pageable -> Device)` gives HtoD, pageable, device. Parsed once per distinct
+    name, then joined back.
+    """
+    text = pl.col("name").cast(pl.String)
+    kinds = (
+        events.lazy()
+        .filter(pl.col("kind") == "memcpy")
+        .select("name")
+        .unique()
+        .with_columns(
+            copy_kind=text.str.extract(_COPY_NAME, 1).cast(pl.Categorical),
+            src_memory=text.str.extract(_COPY_NAME, 2).str.to_lowercase().cast(pl.Categorical),
+            dst_memory=text.str.extract(_COPY_NAME, 3).str.to_lowercase().cast(pl.Categorical),
+        )
+        .collect()
+    )
+    if kinds.height == 0:
+        return events.with_columns(
+            copy_kind=pl.lit(None, pl.Categorical),
+            src_memory=pl.lit(None, pl.Categorical),
+            dst_memory=pl.lit(None, pl.Categorical),
+        )
+    # a few distinct names: a left join on the categorical name costs one hash probe per row
+    return events.join(kinds, on="name", how="left", maintain_order="left")
+
+
 def _to_timeline(part: _Parsed, rank: int, rank_source: str, source_path: str) -> Timeline:
     frames = part.frames or [pl.DataFrame(schema=EVENT_SCHEMA)]
-    events = pl.concat(frames, how="vertical", rechunk=True).with_columns(
-        rank=pl.lit(rank, pl.Int32)
+    events = _with_copy_kinds(
+        pl.concat(frames, how="vertical", rechunk=False).with_columns(rank=pl.lit(rank, pl.Int32))
     )
+    events = events.with_columns(domain=pl.lit(None, pl.Categorical))
     events = events.select(EVENT_SCHEMA.names()).cast(dict(EVENT_SCHEMA))  # type: ignore[arg-type]
     header = part.header
     info = header.get("distributedInfo")

@@ -17,10 +17,12 @@ def load(path: str | Path) -> Timeline:
     return read(path)
 
 
-def report(path: str | Path, top_n: int = DEFAULT_TOP_KERNELS) -> Report:
+def report(
+    path: str | Path, top_n: int = DEFAULT_TOP_KERNELS, step_pattern: str | None = None
+) -> Report:
     """Load, analyze and build the report of one trace."""
     timeline = load(path)
-    metrics: Metrics = analyze(timeline, top_n=top_n)
+    metrics: Metrics = analyze(timeline, top_n=top_n, step_pattern=step_pattern)
     return build_report(timeline.meta, metrics, tool_version=__version__)
 
 

@@ -35,10 +35,27 @@ def cli() -> None:
 )
 @click.option("-o", "--output", default=None, help="Write to this file instead of stdout.")
 @click.option("--top", default=10, show_default=True, help="How many top kernels to list.")
+@click.option(
+    "--step-pattern",
+    default=None,
+    metavar="REGEX",
+    help="Host ranges that mark steps (default: ProfilerStep#N; for Nsight, NVTX step_N, "
+    "iteration N, train_step...).",
+)
 @click.option("--debug", is_flag=True, help="Show tracebacks for input errors.")
-def report(trace: str, fmt: str | None, output: str | None, top: int, debug: bool) -> None:
+def report(
+    trace: str,
+    fmt: str | None,
+    output: str | None,
+    top: int,
+    step_pattern: str | None,
+    debug: bool,
+) -> None:
     """Report where GPU time went in TRACE (a .json/.json.gz trace, or a folder of ranks)."""
-    _run(lambda: api.write(api.report(trace, top_n=top), fmt, output), debug)
+    _run(
+        lambda: api.write(api.report(trace, top_n=top, step_pattern=step_pattern), fmt, output),
+        debug,
+    )
 
 
 @cli.command()

@@ -36,5 +36,9 @@ class NoGpuEventsError(TraceFormatError):
     """The trace holds no GPU work: a CPU-only trace, or one from a device we do not read."""
 
 
+class ConfigError(TraceAnalyzerError):
+    """An option or setting is invalid."""
+
+
 class ReportWriteError(TraceAnalyzerError):
     """The report could not be written."""

@@ -114,3 +114,40 @@ def test_union_and_busy_before_match_a_plain_loop() -> None:
         for dev, t, b in got.select("device", "t", "t_busy_ns").iter_rows():
             ivs = [(s, min(e, t)) for _r, d, s, e in rows if d == dev and s < t]
             assert b == union_length([(s, e) for s, e in ivs if e > s]), (dev, t)
+
+
+def _step_names(tmp_path: Path, names: list[str], pattern: str | None) -> list[str]:
+    events: list[dict[str, object]] = []
+    for i, name in enumerate(names):
+        t = 100.0 * (i + 1)
+        events += [
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": name,
+                "pid": 1,
+                "tid": 1,
+                "ts": t,
+                "dur": 90.0,
+                "args": {},
+            },
+            launch(t + 1, 1, corr=i + 1),
+            kernel(t + 5, 10, f"k{i}", corr=i + 1),
+        ]
+    tl = read(write_trace(tmp_path / f"s{len(names)}.json", events))
+    return analyze(tl, step_pattern=pattern).steps["name"].to_list()
+
+
+def test_step_patterns(tmp_path: Path) -> None:
+    from traceanalyzer.analyses.windows import NVTX_STEP_PATTERN
+
+    names = ["step_12", "iteration 3", "ProfilerStep#5", "train_step", "forward", "Step 7"]
+    assert _step_names(tmp_path, names, None) == ["ProfilerStep#5"]
+    assert _step_names(tmp_path, names, NVTX_STEP_PATTERN) == [
+        "step_12",
+        "iteration 3",
+        "ProfilerStep#5",
+        "train_step",
+        "Step 7",
+    ]
+    assert _step_names(tmp_path, names, r"^forward$") == ["forward"]

@@ -132,3 +132,9 @@ def test_console_script_runs_on_a_sample() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "6000" in proc.stdout
+
+
+def test_bad_step_pattern_is_an_input_error(tmp_path: Path) -> None:
+    trace = write_trace(tmp_path / "t.json", EVENTS)
+    code, _, err = _run("report", str(trace), "--step-pattern", "step_(")
+    assert code == 2 and "--step-pattern" in err and "Traceback" not in err

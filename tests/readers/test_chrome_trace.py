@@ -310,3 +310,60 @@ def test_input_is_never_modified(tmp_path: Path) -> None:
     read(path)
     assert (path.read_bytes(), path.stat().st_mtime_ns) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json"]
+
+
+def test_misleading_separator_falls_back_to_the_exact_scanner(tmp_path: Path) -> None:
+    """An array of objects printed at the events' own indentation looks like a separator."""
+    data = kineto_bytes(EVENTS)
+    nested = (
+        b'{\n    "ph": "X", "cat": "cpu_op", "name": "tricky", "pid": 100, "tid": 100,'
+        b' "ts": 130.0, "dur": 1.0, "args": {"list": [{"a": 1},\n  {"b": 2}]}\n  },\n  '
+    )
+    at = data.index(b"{", data.index(b'"traceEvents"'))
+    path = tmp_path / "nested.json"
+    path.write_bytes(data[:at] + nested + data[at:])
+    tl = read(path)
+    assert tl.events.height == len(EVENTS) + 1
+    assert "tricky" in tl.events["name"].cast(pl.String).to_list()
+
+
+def test_windows_line_endings_and_odd_indentation(tmp_path: Path) -> None:
+    fast = _events(write_trace(tmp_path / "k.json", EVENTS))
+    crlf = tmp_path / "crlf.json"
+    crlf.write_bytes(kineto_bytes(EVENTS).replace(b"\n", b"\r\n"))
+    assert _events(crlf).equals(fast)
+    odd = tmp_path / "odd.json"
+    odd.write_bytes(kineto_bytes(EVENTS).replace(b"},\n  {", b"},\n      {", 2))
+    assert _events(odd).equals(fast)
+
+
+def test_ids_written_as_text_after_numeric_blocks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A later block that writes ids as text is re-parsed, and ids stay exact."""
+    evs = [kernel(1000.0 + i, 0.5, "k", corr=i) for i in range(50)]
+    evs += [
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "rocm",
+            "pid": 3,
+            "tid": 1,
+            "ts": 2000,
+            "dur": 1,
+            "args": {"device": 3, "stream": "0x2a", "correlation": 99},
+        }
+    ]
+    monkeypatch.setattr(chrome_trace, "BLOCK_BYTES", 400)
+    ev = read(write_trace(tmp_path / "t.json", evs)).events
+    assert ev.filter(pl.col("name") == "rocm").select("device", "stream").row(0) == (3, 42)
+    assert ev.filter(pl.col("name") == "k")["stream"].unique().to_list() == [7]
+
+
+def test_damaged_middle_is_refused_not_mistaken_for_a_cut(tmp_path: Path) -> None:
+    data = kineto_bytes(EVENTS)
+    at = data.index(b'"aten::mm"')
+    path = tmp_path / "damaged.json"
+    path.write_bytes(data[:at] + b"@@@" + data[at:])
+    with pytest.raises(TraceFormatError, match="malformed and more events follow"):
+        read(path)

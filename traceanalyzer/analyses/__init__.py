@@ -6,17 +6,25 @@ import polars as pl
 
 from traceanalyzer.analyses import devices, kernels, windows
 from traceanalyzer.analyses.metrics import Metrics
-from traceanalyzer.errors import NoGpuEventsError
+from traceanalyzer.errors import ConfigError, NoGpuEventsError
 from traceanalyzer.model import Timeline
 
 DEFAULT_TOP_KERNELS = 10
 
 
-def analyze(timeline: Timeline, top_n: int = DEFAULT_TOP_KERNELS) -> Metrics:
-    """Compute windows, busy/idle, steps and kernel summaries for every (rank, device)."""
+def analyze(
+    timeline: Timeline, top_n: int = DEFAULT_TOP_KERNELS, step_pattern: str | None = None
+) -> Metrics:
+    """Compute windows, busy/idle, steps and kernel summaries for every (rank, device).
+
+    `step_pattern` is a regular expression for the host ranges that mark steps (default:
+    `ProfilerStep#N` for Chrome traces, common NVTX step names for Nsight exports).
+    """
     if timeline.gpu_work().select(pl.len()).collect().item() == 0:
         raise no_gpu_events(timeline)
-    markers = windows.step_markers(timeline).collect().lazy()
+    pattern = step_pattern or windows.default_step_pattern(timeline.meta.format)
+    _check_pattern(pattern)
+    markers = windows.step_markers(timeline, pattern).collect().lazy()
     work = windows.gpu_work_with_step(timeline, markers).collect().lazy()
     steps = windows.device_steps(work, markers).collect()
     by_steps = steps.height > 0
@@ -38,6 +46,16 @@ def analyze(timeline: Timeline, top_n: int = DEFAULT_TOP_KERNELS) -> Metrics:
         kernel_count=in_windows.height,
         kernel_total_ns=int(in_windows["clipped_ns"].sum() or 0),
     )
+
+
+def _check_pattern(pattern: str) -> None:
+    try:
+        pl.select(pl.lit("x").str.contains(pattern)).item()
+    except pl.exceptions.ComputeError as exc:
+        raise ConfigError(
+            f"--step-pattern is not a valid regular expression: {pattern!r}",
+            hint="use Rust regex syntax, e.g. '^step_\\d+$'",
+        ) from exc
 
 
 def no_gpu_events(timeline: Timeline) -> NoGpuEventsError:

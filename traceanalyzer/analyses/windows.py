@@ -18,27 +18,49 @@ import polars as pl
 
 from traceanalyzer.model import Kind, Timeline
 
-STEP_PATTERN = r"^ProfilerStep#(\d+)$"
-
 _HOST_RANGE_KINDS = [Kind.ANNOTATION.value, Kind.CPU_OP.value]
 _LAUNCH_KINDS = [Kind.RUNTIME.value, Kind.DRIVER.value]
 DEVICE_KEY = ["rank", "device"]
 
+#: torch.profiler's step markers: the default for Chrome traces.
+PROFILER_STEP_PATTERN = r"^ProfilerStep#\d+$"
+#: NVTX ranges that mark steps in an Nsight export: `step_12`, `step 3`, `iteration 3`,
+#: `iter_7`, `ProfilerStep#5`, `train_step`, `training_step 4` (case-insensitive).
+NVTX_STEP_PATTERN = (
+    r"(?i)^(?:ProfilerStep#\d+|(?:train(?:ing)?[ _-]?)?step(?:[ _#:-]*\d+)?"
+    r"|iter(?:ation)?[ _#:-]*\d+)$"
+)
 
-def step_markers(timeline: Timeline) -> pl.LazyFrame:
-    """Host ranges named `ProfilerStep#N`: rank, step, name, start_ns, end_ns (one per step)."""
+
+def default_step_pattern(source_format: str) -> str:
+    """The step pattern used when the user gives none."""
+    return PROFILER_STEP_PATTERN if source_format == "chrome" else NVTX_STEP_PATTERN
+
+
+def step_markers(timeline: Timeline, pattern: str) -> pl.LazyFrame:
+    """Host ranges whose name matches `pattern`: rank, step, name, start_ns, end_ns.
+
+    The step number is the first number in the name; ranges without one (`train_step`) are
+    numbered in order of start per rank. Ranges with the same (rank, number) (a ProfilerStep
+    recorded both as an annotation and as an operator) merge into one.
+    """
     name = pl.col("name").cast(pl.String)
-    return (
+    found = (
         timeline.events.lazy()
-        .filter(pl.col("kind").is_in(_HOST_RANGE_KINDS) & name.str.contains(STEP_PATTERN))
-        .select(
-            "rank",
-            step=name.str.extract(STEP_PATTERN, 1).cast(pl.Int64),
-            name=name,
-            start_ns="start_ns",
-            end_ns="end_ns",
+        .filter(pl.col("kind").is_in(_HOST_RANGE_KINDS))
+        .select("rank", "name", "start_ns", "end_ns")
+        .filter(name.str.contains(pattern))
+        .with_columns(name=name, number=name.str.extract(r"(\d+)", 1).cast(pl.Int64))
+        .sort("rank", "start_ns")
+    )
+    numbered = found.with_columns(
+        step=pl.coalesce(
+            pl.col("number"),
+            pl.int_range(pl.len(), dtype=pl.Int64).over("rank") + 1,
         )
-        .group_by("rank", "step")
+    )
+    return (
+        numbered.group_by("rank", "step")
         .agg(pl.col("name").first(), pl.col("start_ns").min(), pl.col("end_ns").max())
         .sort("rank", "start_ns")
     )

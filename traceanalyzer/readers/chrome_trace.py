@@ -208,6 +208,11 @@ class _Parsed:
     notes: list[str] = field(default_factory=list)
     text_ids: bool = False  # ids are written as text: see _parse_ndjson
 
+    @property
+    def event_count(self) -> int:
+        """Events read so far (after normalisation)."""
+        return sum(f.height for f in self.frames)
+
 
 class _Window:
     """A reusable buffer over the file: read at the end, consumed from the front.
@@ -245,8 +250,21 @@ class _Window:
 _NON_WS = re.compile(rb"[^ \t\r\n]")
 
 
+class _SplitMismatch(Exception):
+    """A block split at something that looked like a separator and was not one."""
+
+
 def read_file(path: Path) -> _Parsed:
     """Parse one Chrome-trace file into normalised event frames (rank not yet set)."""
+    try:
+        return _read_file(path, fast=True)
+    except _SplitMismatch:
+        # an array of objects nested at the events' own indentation: rare enough that
+        # reading the whole file again with the exact scanner is the simple, safe answer
+        return _read_file(path, fast=False)
+
+
+def _read_file(path: Path, fast: bool) -> _Parsed:
     if not path.exists():
         raise TraceFormatError("no such file or folder", path=path, hint="check the path")
     with ByteSource(path) as source:
@@ -279,7 +297,11 @@ def read_file(path: Path) -> _Parsed:
             start, header = match.end(), win.take(match.start())
         parsed = _Parsed(path=path, header=_parse_header(header))
         win.drop(start)
-        _read_events(win, parsed)
+        if fast:
+            _read_events(win, parsed)
+        else:
+            while not win.eof:
+                win.fill()
         _parse_tail(win.take(win.n), parsed)
         if source.truncated and not parsed.truncated:
             parsed.truncated = True
@@ -315,10 +337,8 @@ def _parse_block(ndjson: bytes, parsed: _Parsed) -> None:
     """Parse one block of NDJSON events into a normalised frame (runs on the worker)."""
     try:
         raw = _parse_ndjson(ndjson, parsed)
-    except pl.exceptions.ComputeError:
-        # a separator that was not one (an array of objects nested at the same depth):
-        # parse this stretch with the exact scanner instead
-        raw = _raw_from_dicts(_scan_events(ndjson.decode("utf-8", "replace"))[0], parsed)
+    except pl.exceptions.ComputeError as exc:
+        raise _SplitMismatch from exc
     _add_frame(raw, parsed)
 
 
@@ -358,10 +378,14 @@ def _parse_header(header: bytes) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
-def _scan_events(text: str) -> tuple[list[Any], int]:
-    """Decode consecutive `{...}` values separated by commas; stop at `]` or a cut-off.
+_MORE_EVENTS = re.compile(r"\}\s*,\s*\{")
 
-    Returns the events and the index just past the closing `]` (-1 when the array did not end).
+
+def _scan_events(text: str) -> tuple[list[Any], int, int]:
+    """Decode consecutive `{...}` values separated by commas; stop at `]` or a bad value.
+
+    Returns the events, the index just past the closing `]` (-1 when the array did not end)
+    and the index of the value that failed to decode (-1 when none did).
     """
     decoder = json.JSONDecoder()
     events: list[Any] = []
@@ -370,20 +394,28 @@ def _scan_events(text: str) -> tuple[list[Any], int]:
         while i < n and text[i] in " \t\r\n,":
             i += 1
         if i >= n:
-            return events, -1
+            return events, -1, -1
         if text[i] == "]":
-            return events, i + 1
+            return events, i + 1, -1
         try:
             obj, i = decoder.raw_decode(text, i)
         except json.JSONDecodeError:
-            return events, -1
+            return events, -1, i
         events.append(obj)
 
 
 def _parse_tail(body: bytes, parsed: _Parsed) -> None:
     """Parse what follows the last separator: the last events, `]`, and the trailing keys."""
     text = exact_text(body)
-    events, end = _scan_events(text)
+    events, end, bad = _scan_events(text)
+    if bad >= 0 and _MORE_EVENTS.search(text, bad):
+        # whole events follow the one that failed: the file is damaged, not cut off
+        raise TraceFormatError(
+            f"not valid JSON: the event after {parsed.event_count + len(events)} good ones "
+            "is malformed and more events follow it",
+            path=parsed.path,
+            hint="the file is damaged; copy it again from its source or re-export the trace",
+        )
     if events:
         _add_frame(_raw_from_dicts(events, parsed), parsed)
     if end < 0:

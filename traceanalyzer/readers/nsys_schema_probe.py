@@ -1,0 +1,324 @@
+"""What an Nsight Systems SQLite export holds: tables, columns, metadata, devices, ranks.
+
+Pipeline position: helper of `readers/nsys_sqlite.py` (file -> this probe -> the event
+queries -> Timeline). Exports from nsys 2021 to 2026 differ in which tables exist (tables are
+created lazily, only for what was traced), in their names (`EXPORT_META_DATA` until 2023.2,
+`META_DATA_EXPORT` since) and in their columns (`mangledName`, `greenContextId`, `copyCount`,
+... were added over time). Everything here probes `sqlite_master` and `PRAGMA table_info`
+instead of assuming a version, and every per-version quirk is handled in this one module.
+
+It also decides the rank of each process (see `assign_ranks`) and describes the devices.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from traceanalyzer.errors import NoGpuEventsError, TraceFormatError
+from traceanalyzer.model import DeviceInfo
+
+KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
+MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
+MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
+RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
+DRIVER = "CUPTI_ACTIVITY_KIND_DRIVER"
+SYNC = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
+NVTX = "NVTX_EVENTS"
+GPU_TABLES = (KERNEL, MEMCPY, MEMSET)
+
+#: The export-metadata table, by its names over time (2023.2 and older, then 2023.3 on).
+META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
+#: Device descriptions, newest name first.
+GPU_INFO_TABLES = ("TARGET_INFO_GPU", "TARGET_INFO_CUDA_GPU")
+
+#: Environment variables that name a process's rank, most specific first.
+RANK_VARIABLES = (
+    "RANK",
+    "OMPI_COMM_WORLD_RANK",
+    "PMI_RANK",
+    "PMIX_RANK",
+    "MV2_COMM_WORLD_RANK",
+    "SLURM_PROCID",
+    "LOCAL_RANK",
+)
+_ENV_ASSIGN = re.compile(r"(?:^|[\s;])(" + "|".join(RANK_VARIABLES) + r")=(\d+)(?=$|[\s;])")
+#: Thread names that carry a rank: nsys's MPI tracing names the main thread "MPI Rank N".
+_RANK_THREAD = re.compile(r"^\s*(?:MPI\s+)?rank[\s_#:]*(\d+)\s*$", re.IGNORECASE)
+#: NVTX "name this OS thread" events (nvtxNameOsThread), in ENUM_NSYS_EVENT_TYPE.
+NVTX_THREAD_NAME = 39
+
+
+@dataclass
+class Probe:
+    """The tables of interest that exist, with their columns."""
+
+    path: Path
+    columns: dict[str, frozenset[str]] = field(default_factory=dict)
+    tables: frozenset[str] = frozenset()
+
+    def has(self, table: str, column: str | None = None) -> bool:
+        """Whether the table (and that column of it) exists."""
+        if column is None:
+            return table in self.tables
+        return column in self.cols(table)
+
+    def cols(self, table: str) -> frozenset[str]:
+        """The columns of a table (empty when absent); probed once."""
+        if table not in self.columns:
+            self.columns[table] = frozenset()
+        return self.columns[table]
+
+
+def open_readonly(path: Path) -> sqlite3.Connection:
+    """Open the export read-only and immutable: no journal, -wal or -shm file appears beside it.
+
+    `immutable=1` also tells SQLite that nobody writes the file meanwhile, so it takes no
+    locks; an export is written once by `nsys export` and never changed.
+    """
+    uri = f"{path.resolve().as_uri()}?mode=ro&immutable=1"
+    try:
+        con = sqlite3.connect(uri, uri=True, check_same_thread=False)
+        con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.DatabaseError as exc:
+        raise TraceFormatError(
+            f"not a readable SQLite database ({exc})",
+            path=path,
+            hint="the file may be damaged or cut off; export it again with "
+            "`nsys export --type sqlite`",
+        ) from exc
+    return con
+
+
+def probe(con: sqlite3.Connection, path: Path) -> Probe:
+    """List the tables and the columns of the ones the reader uses; check it is an nsys export."""
+    tables = frozenset(
+        name for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type='table'")
+    )
+    result = Probe(path=path, tables=tables)
+    for table in (KERNEL, MEMCPY, MEMSET, RUNTIME, DRIVER, SYNC, NVTX, *GPU_INFO_TABLES,
+                  "TARGET_INFO_CUDA_DEVICE", "PROCESSES", "ThreadNames", "DIAGNOSTIC_EVENT",
+                  "TARGET_INFO_SESSION_START_TIME", "META_DATA_CAPTURE"):  # fmt: skip
+        if table in tables:
+            result.columns[table] = frozenset(
+                row[1] for row in con.execute(f"PRAGMA table_info('{table}')")
+            )
+    if "StringIds" not in tables:
+        raise TraceFormatError(
+            "an SQLite database, but not an Nsight Systems export (it has no StringIds table)",
+            path=path,
+            hint="export an Nsight Systems report with `nsys export --type sqlite report.nsys-rep`",
+        )
+    if KERNEL not in tables:
+        said = _diagnostics(con, result)
+        raise NoGpuEventsError(
+            "the export holds no CUDA kernels: was CUDA tracing enabled?",
+            path=path,
+            hint="profile with `nsys profile --trace=cuda,nvtx ...` and export again"
+            + (f"; nsys said: {said}" if said else ""),
+        )
+    return result
+
+
+def _diagnostics(con: sqlite3.Connection, pr: Probe) -> str:
+    """nsys's own warnings about CUDA collection, from DIAGNOSTIC_EVENT (2023.3 on)."""
+    if not pr.has("DIAGNOSTIC_EVENT", "text") or not pr.has("DIAGNOSTIC_EVENT", "severity"):
+        return ""
+    rows = con.execute(
+        "SELECT DISTINCT text FROM DIAGNOSTIC_EVENT "
+        "WHERE severity >= 2 AND typeof(text) = 'text' AND text LIKE '%CUDA%' LIMIT 2"
+    ).fetchall()
+    return " / ".join(f"'{text}'" for (text,) in rows)
+
+
+def export_meta(con: sqlite3.Connection, pr: Probe) -> dict[str, str]:
+    """The export-metadata key/values (empty for 2021 exports, which have no such table)."""
+    for table in META_TABLES:
+        if pr.has(table):
+            return {str(k): str(v) for k, v in con.execute(f"SELECT name, value FROM {table}")}
+    return {}
+
+
+def session_start_utc_ns(con: sqlite3.Connection, pr: Probe) -> int | None:
+    """When the capture started, ns since the Unix epoch (TARGET_INFO_SESSION_START_TIME)."""
+    if not pr.has("TARGET_INFO_SESSION_START_TIME", "utcEpochNs"):
+        return None
+    row = con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
+    return int(row[0]) if row and row[0] is not None else None
+
+
+# ----------------------------------------------------------------------------------- ranks
+
+
+@dataclass(frozen=True, slots=True)
+class Process:
+    """One process that ran GPU work, and when its first GPU work started."""
+
+    pid: int
+    first_gpu_ns: int
+
+
+def gpu_processes(con: sqlite3.Connection, pr: Probe) -> list[Process]:
+    """The processes that ran kernels, memcpys or memsets, in order of their first GPU work."""
+    parts = [
+        f"SELECT (globalPid >> 24) & 16777215 AS pid, min(start) AS first FROM {t} "
+        "WHERE globalPid IS NOT NULL GROUP BY 1"
+        for t in GPU_TABLES
+        if pr.has(t, "globalPid")
+    ]
+    if not parts:
+        return []
+    rows = con.execute(
+        f"SELECT pid, min(first) FROM ({' UNION ALL '.join(parts)}) GROUP BY pid ORDER BY 2, 1"
+    ).fetchall()
+    return [Process(pid=int(p), first_gpu_ns=int(f)) for p, f in rows]
+
+
+def _env_ranks(con: sqlite3.Connection, pr: Probe) -> list[int]:
+    """Ranks named by the launched process's recorded environment (META_DATA_CAPTURE).
+
+    nsys records the environment of the command it launched (`PROCESS_<n>:...` rows); the
+    shared corpus has these rows removed, so this path is exercised by a fixture only.
+    Returns the rank found per launched process, most specific variable first.
+    """
+    if not pr.has("META_DATA_CAPTURE", "name"):
+        return []
+    rows = con.execute(
+        "SELECT name, value FROM META_DATA_CAPTURE "
+        "WHERE name LIKE 'PROCESS_%ENV%' AND typeof(value) = 'text'"
+    ).fetchall()
+    by_process: dict[str, dict[str, int]] = {}
+    for name, value in rows:  # a handful of metadata rows, not events
+        proc = str(name).split(":", 1)[0]
+        for var, num in _ENV_ASSIGN.findall(str(value)):
+            by_process.setdefault(proc, {}).setdefault(var, int(num))
+    ranks = []
+    for found in by_process.values():
+        for var in RANK_VARIABLES:
+            if var in found:
+                ranks.append(found[var])
+                break
+    return ranks
+
+
+def _nvtx_ranks(con: sqlite3.Connection, pr: Probe) -> dict[int, int]:
+    """pid -> rank from thread names that carry one ("MPI Rank 3"), set through NVTX."""
+    names: list[tuple[int, str]] = []
+    if pr.has(NVTX, "eventType") and pr.has(NVTX, "globalTid"):
+        text = "coalesce(e.text, s.value)" if pr.has(NVTX, "textId") else "e.text"
+        join = "LEFT JOIN StringIds s ON s.id = e.textId" if pr.has(NVTX, "textId") else ""
+        names += con.execute(
+            f"SELECT (e.globalTid >> 24) & 16777215, {text} FROM {NVTX} e {join} "
+            f"WHERE e.eventType = {NVTX_THREAD_NAME}"
+        ).fetchall()
+    if pr.has("ThreadNames", "nameId") and pr.has("ThreadNames", "globalTid"):
+        names += con.execute(
+            "SELECT (t.globalTid >> 24) & 16777215, s.value FROM ThreadNames t "
+            "JOIN StringIds s ON s.id = t.nameId WHERE s.value LIKE '%rank%'"
+        ).fetchall()
+    found: dict[int, set[int]] = {}
+    for pid, name in names:  # thread names: a few per process
+        match = _RANK_THREAD.match(str(name or ""))
+        if match:
+            found.setdefault(int(pid), set()).add(int(match.group(1)))
+    return {pid: next(iter(r)) for pid, r in found.items() if len(r) == 1}
+
+
+def assign_ranks(
+    con: sqlite3.Connection, pr: Probe, procs: list[Process]
+) -> tuple[dict[int, int], str, list[str]]:
+    """Give each GPU process a rank; return pid -> rank, how it was found, and notes.
+
+    The rule, in order; a source is used only if it gives every GPU process a distinct rank:
+
+    1. the environment recorded for the launched process (`RANK`, `OMPI_COMM_WORLD_RANK`,
+       `PMI_RANK`, ... in META_DATA_CAPTURE), when one process drives the GPU (one export
+       per rank, as `srun nsys profile ...` makes): source "environment";
+    2. NVTX thread names that carry a rank ("MPI Rank 3", set by nsys's MPI tracing):
+       source "nvtx";
+    3. the order of each process's first GPU work (ties by pid): source "first GPU activity";
+       a single process is rank 0 with source "default".
+    """
+    notes: list[str] = []
+    pids = [p.pid for p in procs]
+    env = _env_ranks(con, pr)
+    if len(pids) == 1 and len(env) == 1:
+        return {pids[0]: env[0]}, "environment", notes
+    nvtx = _nvtx_ranks(con, pr)
+    from_nvtx = [nvtx.get(pid) for pid in pids]
+    if pids and None not in from_nvtx and len(set(from_nvtx)) == len(pids):
+        return {pid: int(r) for pid, r in zip(pids, from_nvtx, strict=True)}, "nvtx", notes
+    if nvtx:
+        notes.append("NVTX thread names name ranks for some processes only; ranks by order")
+    if len(pids) <= 1:
+        return {pid: 0 for pid in pids}, "default", notes
+    return {pid: i for i, pid in enumerate(pids)}, "first GPU activity", notes
+
+
+# --------------------------------------------------------------------------------- devices
+
+
+def device_infos(
+    con: sqlite3.Connection, pr: Probe, used: list[tuple[int, int, int]]
+) -> list[DeviceInfo]:
+    """Describe each (rank, pid, CUDA device ordinal) that ran GPU work.
+
+    The CUPTI `deviceId` is the CUDA ordinal in that process. TARGET_INFO_CUDA_DEVICE (2024
+    on) maps (pid, cudaId) to the GPU's id in TARGET_INFO_GPU; without it the ordinal is
+    matched to TARGET_INFO_GPU.cuDevice, then to its id. Exports without TARGET_INFO_GPU
+    (windows cut out by nsys-ai) give the ordinal alone.
+    """
+    gpu_table = next((t for t in GPU_INFO_TABLES if pr.has(t)), None)
+    gpus: dict[int, tuple[object, ...]] = {}
+    by_cuda: dict[int, int] = {}
+    if gpu_table is not None:
+        cols = pr.cols(gpu_table)
+
+        def col(name: str) -> str:
+            return name if name in cols else "NULL"
+
+        for row in con.execute(
+            f"SELECT {col('id')}, {col('cuDevice')}, {col('name')}, {col('computeMajor')}, "
+            f"{col('computeMinor')}, {col('smCount')}, {col('totalMemory')} FROM {gpu_table}"
+        ):
+            if row[0] is not None:
+                gpus[int(row[0])] = row[2:]
+                if row[1] is not None:
+                    by_cuda.setdefault(int(row[1]), int(row[0]))
+    mapped: dict[tuple[int, int], int] = {}
+    sms: dict[tuple[int, int], int] = {}
+    if pr.has("TARGET_INFO_CUDA_DEVICE", "cudaId") and pr.has("TARGET_INFO_CUDA_DEVICE", "pid"):
+        cols = pr.cols("TARGET_INFO_CUDA_DEVICE")
+        sm = "numMultiprocessors" if "numMultiprocessors" in cols else "NULL"
+        for gpu_id, cuda_id, pid, n_sm in con.execute(
+            f"SELECT gpuId, cudaId, pid, {sm} FROM TARGET_INFO_CUDA_DEVICE"
+        ):
+            if gpu_id is not None:
+                mapped[(int(pid), int(cuda_id))] = int(gpu_id)
+            if n_sm is not None:
+                sms[(int(pid), int(cuda_id))] = int(n_sm)
+    infos = []
+    for rank, pid, device in used:
+        gid = mapped.get((pid, device), by_cuda.get(device, device))
+        desc = gpus.get(gid)
+        if desc is None:
+            infos.append(DeviceInfo(rank=rank, device=device, sm_count=sms.get((pid, device))))
+            continue
+        name, major, minor, sm_count, memory = desc
+        infos.append(
+            DeviceInfo(
+                rank=rank,
+                device=device,
+                name=str(name) if name is not None else None,
+                compute_capability=f"{major}.{minor}" if major is not None else None,
+                sm_count=_int(sm_count) if sm_count is not None else sms.get((pid, device)),
+                memory_bytes=_int(memory),
+            )
+        )
+    return infos
+
+
+def _int(value: object) -> int | None:
+    return int(value) if isinstance(value, int | float) else None

@@ -19,7 +19,6 @@ import polars as pl
 from traceanalyzer.model import Kind, Timeline
 
 _HOST_RANGE_KINDS = [Kind.ANNOTATION.value, Kind.CPU_OP.value]
-_LAUNCH_KINDS = [Kind.RUNTIME.value, Kind.DRIVER.value]
 DEVICE_KEY = ["rank", "device"]
 
 #: torch.profiler's step markers: the default for Chrome traces.
@@ -68,13 +67,11 @@ def step_markers(timeline: Timeline, pattern: str) -> pl.LazyFrame:
 
 def gpu_work_with_step(timeline: Timeline, markers: pl.LazyFrame) -> pl.LazyFrame:
     """GPU work with `launch_ns` (start of its runtime launch) and `step` (null when none)."""
-    launches = (
-        timeline.events.lazy()
-        .filter(pl.col("kind").is_in(_LAUNCH_KINDS) & pl.col("correlation").is_not_null())
-        .group_by("rank", "correlation")
-        .agg(launch_ns=pl.col("start_ns").min())
+    work = (
+        timeline.launch_links()
+        .rename({"launch_start_ns": "launch_ns"})
+        .drop("launch_name", "launch_end_ns", "launch_pid", "launch_tid")
     )
-    work = timeline.gpu_work().join(launches, on=["rank", "correlation"], how="left")
     linked = (
         work.filter(pl.col("launch_ns").is_not_null())
         .sort("launch_ns")

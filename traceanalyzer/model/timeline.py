@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceanalyzer.model.meta import DataQuality, TraceMeta
-from traceanalyzer.model.schema import EVENT_SCHEMA, GPU_KINDS
+from traceanalyzer.model.schema import EVENT_SCHEMA, GPU_KINDS, Kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +40,40 @@ class Timeline:
     def gpu_work(self) -> pl.LazyFrame:
         """Kernels, memcpys and memsets, lazily."""
         return self.events.lazy().filter(pl.col("kind").is_in([k.value for k in GPU_KINDS]))
+
+    def launches(self) -> pl.LazyFrame:
+        """Host launch calls (runtime or driver) that carry a correlation id.
+
+        Columns: rank, correlation, launch_name, launch_start_ns, launch_end_ns, pid, tid.
+        One row per (rank, correlation): the earliest call, where a producer repeats one.
+        """
+        return (
+            self.events.lazy()
+            .filter(
+                pl.col("kind").is_in([Kind.RUNTIME.value, Kind.DRIVER.value])
+                & pl.col("correlation").is_not_null()
+            )
+            .sort("start_ns")
+            .group_by("rank", "correlation")
+            .agg(
+                launch_name=pl.col("name").first(),
+                launch_start_ns=pl.col("start_ns").first(),
+                launch_end_ns=pl.col("end_ns").first(),
+                pid=pl.col("pid").first(),
+                tid=pl.col("tid").first(),
+            )
+        )
+
+    def launch_links(self) -> pl.LazyFrame:
+        """Each GPU operation with the host call that launched it (same rank and correlation).
+
+        GPU work columns plus launch_name, launch_start_ns, launch_end_ns, launch_pid,
+        launch_tid; the launch columns are null where no launch was recorded. One launch may
+        own several GPU operations (a CUDA graph launch, a library call): flow events in the
+        trace are not one-to-one, the correlation id is the link.
+        """
+        launches = self.launches().rename({"pid": "launch_pid", "tid": "launch_tid"})
+        return self.gpu_work().join(launches, on=["rank", "correlation"], how="left")
 
 
 def combine(parts: list[Timeline], path: str) -> Timeline:

@@ -85,7 +85,7 @@ def build(source: Path, out: Path, kernels: int) -> int:
     n_kernels = con.execute("SELECT count(*) FROM src.CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
     if not n_kernels:
         raise SystemExit(f"{source}: no kernels to repeat")
-    copies = -(-kernels // n_kernels)
+    copies = -(-kernels // int(n_kernels))
     spans = [
         con.execute(f"SELECT min(start), max(coalesce(end, start)) FROM src.{t}").fetchone()
         for t in EVENT_TABLES
@@ -114,7 +114,8 @@ def build(source: Path, out: Path, kernels: int) -> int:
             else:
                 shifted.append(c)
         con.execute(
-            f"WITH RECURSIVE r(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM r WHERE i < {copies - 1}) "
+            "WITH RECURSIVE r(i) AS "
+            f"(SELECT 0 UNION ALL SELECT i + 1 FROM r WHERE i < {copies - 1}) "
             f"INSERT INTO main.{name} ({', '.join(cols)}) "
             f"SELECT {', '.join(shifted)} FROM r, src.{name} ORDER BY r.i, src.{name}.rowid"
         )

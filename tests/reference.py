@@ -11,6 +11,7 @@ import json
 import re
 from collections import defaultdict
 from decimal import Decimal
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -116,9 +117,11 @@ def device_numbers(doc: dict[str, Any], rank: int = 0) -> dict[tuple[int, int], 
             w_lo, w_hi = min(first.values()), max(last.values())
             order = sorted(first, key=lambda n: first[n])
             spans = []
-            for i, n in enumerate(order):
-                hi = first[order[i + 1]] if i + 1 < len(order) else w_hi
-                spans.append((n, first[n], hi))
+            done = None
+            for n in order:
+                lo = first[n] if done is None else done
+                done = last[n] if done is None else max(done, last[n])
+                spans.append((n, lo, done))
         else:
             w_lo = min(op["s"] for op in ops)
             w_hi = max(op["e"] for op in ops)
@@ -157,3 +160,116 @@ def rank_of(doc: dict[str, Any], path: Path) -> int:
         return int(info["rank"])
     m = re.search(r"(?:rank|worker)[-_]?(\d+)", path.name, re.IGNORECASE)
     return int(m.group(1)) if m else 0
+
+
+SYNC_NAMES = re.compile(
+    r"^(?:cuda|hip)(?:DeviceSynchronize|ThreadSynchronize|StreamSynchronize|EventSynchronize"
+    r"|Memcpy|Memcpy2D|Memcpy3D|MemcpyToSymbol|MemcpyFromSymbol|Memset)(?:_v\d+)?$"
+    r"|^cu(?:CtxSynchronize|StreamSynchronize|EventSynchronize|MemcpyDtoH|MemcpyHtoD)(?:_v\d+)?$"
+)
+
+
+def merge(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Union of [s, e) intervals as a sorted list of disjoint ones (touching ones merge)."""
+    out: list[list[int]] = []
+    for s, e in sorted(intervals):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [(s, e) for s, e in out]
+
+
+def idle_causes(
+    doc: dict[str, Any],
+    numbers: dict[tuple[int, int], dict[str, Any]],
+    rank: int = 0,
+    launch_gap_max_ns: int = 50_000,
+) -> dict[tuple[int, int], dict[str, int]]:
+    """Idle ns by cause per (rank, device), by a plain loop over the gaps of each window."""
+    launch_at: dict[int, int] = {}
+    syncs: list[tuple[int, int]] = []
+    ops: dict[int, list[tuple[int, int, int | None]]] = defaultdict(list)
+    for ev in doc["traceEvents"]:
+        if not isinstance(ev, dict) or ev.get("ph") != "X" or "ts" not in ev or "dur" not in ev:
+            continue
+        if ev["ts"] <= 0 or ev["dur"] < 0:
+            continue
+        cat = str(ev.get("cat", "")).lower()
+        start = ns(ev["ts"])
+        end = start + ns(ev["dur"])
+        args = ev.get("args") or {}
+        if cat in GPU_CATS:
+            dev = _int(args["device"]) if "device" in args else _int(ev["pid"])
+            ops[dev].append((start, end, args.get("correlation")))
+        elif cat in LAUNCH_CATS:
+            if args.get("correlation") is not None:
+                c = args["correlation"]
+                launch_at[c] = min(launch_at.get(c, start), start)
+            if SYNC_NAMES.match(str(ev.get("name", ""))):
+                syncs.append((start, end))
+        elif cat == "cuda_sync":
+            syncs.append((start, end))
+    out: dict[tuple[int, int], dict[str, int]] = {}
+    for dev, dev_ops in ops.items():
+        num = numbers[(rank, dev)]
+        lo, hi = num["start_ns"], num["end_ns"]
+        busy = merge([(max(s, lo), min(e, hi)) for s, e, _c in dev_ops if min(e, hi) > max(s, lo)])
+        causes = {"host_wait": 0, "sync": 0, "launch_overhead": 0, "other": 0}
+        sync_union = merge(syncs)
+        for (_s0, g0), (g1, _e1) in pairwise(busy):
+            launches = [launch_at.get(c) for s, _e, c in dev_ops if s == g1 and c is not None]
+            known = [t for t in launches if t is not None]
+            launched = min(known) if known else None
+            in_sync = sum(max(0, min(e, g1) - max(s, g0)) for s, e in sync_union)
+            rest = g1 - g0 - in_sync
+            causes["sync"] += in_sync
+            if launched is not None and launched >= g0:
+                causes["launch_overhead" if rest <= launch_gap_max_ns else "host_wait"] += rest
+            else:
+                causes["other"] += rest
+        out[(rank, dev)] = causes
+    return out
+
+
+#: Communication kernels: NCCL/RCCL/MSCCL/NVSHMEM and custom all-reduce kernels.
+COMM = re.compile(
+    r"nccl|rccl|msccl|nvshmem|multimem_all_?reduce|(?:one|two)_?shot_all_?reduce"
+    r"|cross_device_reduce|custom_?all_?reduce|userbuffers",
+    re.IGNORECASE,
+)
+
+
+def comm_overlap(
+    doc: dict[str, Any], numbers: dict[tuple[int, int], dict[str, Any]], rank: int = 0
+) -> dict[tuple[int, int], tuple[int, int]]:
+    """(comm_ns, overlapped_comm_ns) per device: NCCL kernels vs other kernels, plain loops."""
+    kernels: dict[int, list[tuple[int, int, bool]]] = defaultdict(list)
+    for ev in doc["traceEvents"]:
+        if (
+            not isinstance(ev, dict)
+            or ev.get("ph") != "X"
+            or str(ev.get("cat", "")).lower() != "kernel"
+        ):
+            continue
+        if "ts" not in ev or "dur" not in ev or ev["ts"] <= 0 or ev["dur"] < 0:
+            continue
+        args = ev.get("args") or {}
+        dev = _int(args["device"]) if "device" in args else _int(ev["pid"])
+        start = ns(ev["ts"])
+        kernels[dev].append(
+            (start, start + ns(ev["dur"]), bool(COMM.search(str(ev.get("name", "")))))
+        )
+    out = {}
+    for dev, ks in kernels.items():
+        num = numbers[(rank, dev)]
+        lo, hi = num["start_ns"], num["end_ns"]
+        cut = [(max(s, lo), min(e, hi), c) for s, e, c in ks if min(e, hi) > max(s, lo)]
+        comm = merge([(s, e) for s, e, c in cut if c])
+        compute = merge([(s, e) for s, e, c in cut if not c])
+        both = 0
+        for s1, e1 in comm:
+            for s2, e2 in compute:
+                both += max(0, min(e1, e2) - max(s1, s2))
+        out[(rank, dev)] = (sum(e - s for s, e in comm), both)
+    return out

@@ -8,6 +8,7 @@ for a clear refusal instead.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,12 +44,19 @@ def _runs() -> list[Path]:
     return runs
 
 
-def _expected(run: Path) -> dict[tuple[int, int], dict[str, object]]:
+def _expected(run: Path) -> dict[tuple[int, int], dict[str, Any]]:
     files = sorted(run.glob("*.json.gz")) if run.is_dir() else [run]
-    out: dict[tuple[int, int], dict[str, object]] = {}
+    out: dict[tuple[int, int], dict[str, Any]] = {}
     for f in files:
         doc = reference.load(f)
-        out.update(reference.device_numbers(doc, rank=reference.rank_of(doc, f)))
+        rank = reference.rank_of(doc, f)
+        numbers = reference.device_numbers(doc, rank=rank)
+        causes = reference.idle_causes(doc, numbers, rank=rank)
+        comm = reference.comm_overlap(doc, numbers, rank=rank)
+        for key, value in numbers.items():
+            value["causes"] = causes[key]
+            value["comm"] = comm.get(key, (0, 0))
+        out.update(numbers)
     return out
 
 
@@ -68,6 +76,8 @@ def test_numbers_match_a_plain_loop(run: Path) -> None:
         for field in ("window_ns", "busy_ns", "kernel_count", "kernel_ns"):
             assert g[field] == exp[field], (key, field)
         assert g["idle_share"] == pytest.approx(exp["idle_share"], abs=1e-12)
+        assert {c: g[f"{c}_ns"] for c in exp["causes"]} == exp["causes"], key
+        assert (g["comm_ns"], g["overlapped_comm_ns"]) == exp["comm"], key
         assert metrics.basis == exp["basis"]
         steps = metrics.steps.filter(
             (metrics.steps["rank"] == key[0]) & (metrics.steps["device"] == key[1])

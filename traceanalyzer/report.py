@@ -4,6 +4,9 @@ JSON format versions (`FORMAT_VERSION`):
 - 1: format_version, source, window, devices (rank, device, window_ns, busy_ns, idle_ns,
   idle_share, kernel_count, kernel_ns), steps, kernels (count, total_ns, duration_histogram,
   top), critical_path (empty until that analysis exists), diagnoses, data_quality.
+  Devices carry idle_by_cause, comm/overlap fields and tensor_core (contract); beyond the
+  contract: steps carry kernel_count and idle_by_cause, kernels carry classes,
+  launch_size_histogram and small_kernels, and the sections idle, communication and copies.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from typing import Any, TypedDict
 
 import polars as pl
 
+from traceanalyzer.analyses.idle import CAUSES
+from traceanalyzer.analyses.kernels import SMALL_KERNEL_NS
 from traceanalyzer.analyses.metrics import Metrics
 from traceanalyzer.model import TraceMeta
 
@@ -32,6 +37,15 @@ class WindowDict(TypedDict):
     basis: str
 
 
+class TensorCoreDict(TypedDict):
+    tc_ns: int
+    gemm_ns: int
+    kernel_ns: int
+    share_of_gemm: float | None
+    share_of_kernel: float | None
+    unknown_ns: int
+
+
 class DeviceDict(TypedDict):
     rank: int
     device: int
@@ -40,8 +54,16 @@ class DeviceDict(TypedDict):
     busy_ns: int
     idle_ns: int
     idle_share: float | None
+    idle_by_cause: dict[str, int]
+    gap_count: int
+    longest_gap_ns: int | None
     kernel_count: int
     kernel_ns: int
+    comm_ns: int
+    overlapped_comm_ns: int
+    exposed_comm_ns: int
+    overlap_share: float | None
+    tensor_core: TensorCoreDict
 
 
 class StepDict(TypedDict):
@@ -52,6 +74,8 @@ class StepDict(TypedDict):
     end_ns: int
     busy_ns: int
     idle_share: float | None
+    kernel_count: int
+    idle_by_cause: dict[str, int]
 
 
 class BinDict(TypedDict):
@@ -73,6 +97,23 @@ class KernelsDict(TypedDict):
     total_ns: int
     duration_histogram: list[BinDict]
     top: list[TopKernelDict]
+    classes: list[dict[str, Any]]
+    launch_size_histogram: list[dict[str, Any]]
+    small_kernels: dict[str, Any]
+
+
+class IdleDict(TypedDict):
+    launch_gap_max_ns: int
+    gap_histogram: list[dict[str, Any]]
+    longest_gaps: list[dict[str, Any]]
+    syncs_per_step: list[dict[str, Any]]
+    sync_sites: list[dict[str, Any]]
+
+
+class CommDict(TypedDict):
+    per_collective: list[dict[str, Any]]
+    ranks: list[dict[str, Any]]
+    slowest_rank: int | None
 
 
 class RankDict(TypedDict):
@@ -99,6 +140,9 @@ class Report:
     devices: list[DeviceDict]
     steps: list[StepDict]
     kernels: KernelsDict
+    idle: IdleDict
+    communication: CommDict
+    copies: list[dict[str, Any]]
     quality: QualityDict
     tool_version: str
 
@@ -113,10 +157,24 @@ class Report:
             "devices": self.devices,
             "steps": self.steps,
             "kernels": self.kernels,
+            "idle": self.idle,
+            "communication": self.communication,
+            "copies": self.copies,
             "critical_path": [],
             "diagnoses": [],
             "data_quality": self.quality,
         }
+
+
+LONGEST_GAPS = 10
+
+
+def _rows(frame: pl.DataFrame) -> list[dict[str, Any]]:
+    return frame.to_dicts()
+
+
+def _causes(row: dict[str, Any]) -> dict[str, int]:
+    return {c: int(row[f"{c}_ns"] or 0) for c in CAUSES}
 
 
 def build_report(meta: TraceMeta, metrics: Metrics, tool_version: str) -> Report:
@@ -131,8 +189,23 @@ def build_report(meta: TraceMeta, metrics: Metrics, tool_version: str) -> Report
             "busy_ns": r["busy_ns"],
             "idle_ns": r["idle_ns"],
             "idle_share": r["idle_share"],
+            "idle_by_cause": _causes(r),
+            "gap_count": r["gap_count"],
+            "longest_gap_ns": r["longest_gap_ns"],
             "kernel_count": r["kernel_count"],
             "kernel_ns": r["kernel_ns"],
+            "comm_ns": r["comm_ns"] or 0,
+            "overlapped_comm_ns": r["overlapped_comm_ns"] or 0,
+            "exposed_comm_ns": r["exposed_comm_ns"] or 0,
+            "overlap_share": r["overlap_share"],
+            "tensor_core": {
+                "tc_ns": r["tc_ns"] or 0,
+                "gemm_ns": r["gemm_ns"] or 0,
+                "kernel_ns": r["kernel_ns"],
+                "share_of_gemm": r["share_of_gemm"],
+                "share_of_kernel": r["share_of_kernel"],
+                "unknown_ns": r["unknown_ns"] or 0,
+            },
         }
         for r in metrics.devices.iter_rows(named=True)
     ]
@@ -145,11 +218,14 @@ def build_report(meta: TraceMeta, metrics: Metrics, tool_version: str) -> Report
             "end_ns": r["end_ns"],
             "busy_ns": r["busy_ns"],
             "idle_share": r["idle_share"],
+            "kernel_count": r["kernel_count"],
+            "idle_by_cause": _causes(r),
         }
         for r in metrics.steps.iter_rows(named=True)
     ]
     span = metrics.windows.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
     q = meta.quality
+    longest = metrics.gaps.sort("gap_ns", descending=True).head(LONGEST_GAPS)
     return Report(
         source={
             "path": meta.path,
@@ -184,7 +260,40 @@ def build_report(meta: TraceMeta, metrics: Metrics, tool_version: str) -> Report
                     "name", "count", "total_ns", "share"
                 ).iter_rows()
             ],
+            "classes": _rows(metrics.kernel_classes),
+            "launch_size_histogram": _rows(metrics.launch_size_histogram),
+            "small_kernels": {
+                "limit_ns": SMALL_KERNEL_NS,
+                "count_share": metrics.small_kernel_count_share,
+                "time_share": metrics.small_kernel_time_share,
+            },
         },
+        idle={
+            "launch_gap_max_ns": metrics.launch_gap_max_ns,
+            "gap_histogram": _rows(metrics.gap_histogram),
+            "longest_gaps": _rows(
+                longest.select(
+                    "rank",
+                    "device",
+                    "start_ns",
+                    "gap_ns",
+                    pl.col("cause").cast(pl.String),
+                    "before",
+                    "after",
+                    "sync_name",
+                )
+            ),
+            "syncs_per_step": _rows(metrics.syncs_per_step),
+            "sync_sites": _rows(metrics.sync_sites),
+        },
+        communication={
+            "per_collective": _rows(
+                metrics.collectives.with_columns(pl.col("collective").cast(pl.String))
+            ),
+            "ranks": _rows(metrics.rank_waits),
+            "slowest_rank": metrics.slowest_rank,
+        },
+        copies=_rows(metrics.copies),
         quality={
             "truncated": q.truncated,
             "truncated_files": list(q.truncated_files),

@@ -63,8 +63,8 @@ def test_steps_are_projected_onto_the_work_they_launched(tmp_path: Path) -> None
     assert (w["start_ns"], w["end_ns"]) == (150_000, 310_000)
     steps = m.steps.select("name", "start_ns", "end_ns", "busy_ns").rows()
     assert steps == [
-        ("ProfilerStep#1", 150_000, 260_000, 50_000),
-        ("ProfilerStep#2", 260_000, 310_000, 50_000),
+        ("ProfilerStep#1", 150_000, 210_000, 50_000),
+        ("ProfilerStep#2", 210_000, 310_000, 50_000),
     ]
     d = m.devices.row(0, named=True)
     assert (d["busy_ns"], d["idle_ns"], d["kernel_count"]) == (100_000, 60_000, 3)

@@ -255,7 +255,7 @@ def test_truncated_trace_keeps_whole_events(tmp_path: Path) -> None:
         (b"hello world", UnsupportedTraceError, "none of the formats"),
         (b'{"foo": 1, "bar": [1, 2]}', TraceFormatError, "no traceEvents"),
         (b'{"foo": 1, "bar": [1, 2', TraceFormatError, "not valid JSON"),
-        (b"SQLite format 3\x00" + b"\x00" * 100, UnsupportedTraceError, "SQLite"),
+        (b"SQLite format 3\x00" + b"\x00" * 100, TraceFormatError, "not a readable SQLite"),
     ],
 )
 def test_bad_files(tmp_path: Path, content: bytes, error: type[Exception], words: str) -> None:

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceanalyzer.analyses import devices, kernels, windows
+from traceanalyzer.analyses import (
+    classify,
+    copies,
+    devices,
+    idle,
+    kernels,
+    overlap,
+    tensor_cores,
+    windows,
+)
 from traceanalyzer.analyses.metrics import Metrics
 from traceanalyzer.errors import ConfigError, NoGpuEventsError
 from traceanalyzer.model import Timeline
@@ -13,9 +22,12 @@ DEFAULT_TOP_KERNELS = 10
 
 
 def analyze(
-    timeline: Timeline, top_n: int = DEFAULT_TOP_KERNELS, step_pattern: str | None = None
+    timeline: Timeline,
+    top_n: int = DEFAULT_TOP_KERNELS,
+    step_pattern: str | None = None,
+    launch_gap_max_ns: int = idle.LAUNCH_GAP_MAX_NS,
 ) -> Metrics:
-    """Compute windows, busy/idle, steps and kernel summaries for every (rank, device).
+    """Compute every analysis for every (rank, device) of the timeline.
 
     `step_pattern` is a regular expression for the host ranges that mark steps (default:
     `ProfilerStep#N` for Chrome traces, common NVTX step names for Nsight exports).
@@ -29,22 +41,80 @@ def analyze(
     steps = windows.device_steps(work, markers).collect()
     by_steps = steps.height > 0
     wins = windows.device_windows(work, steps.lazy(), markers, by_steps).collect()
-    in_windows = devices.kernels_in_windows(work, wins.lazy()).collect()
-    dev, step_rows = pl.collect_all(
+    in_windows = _classified(timeline, devices.kernels_in_windows(work, wins.lazy())).collect()
+    syncs = idle.sync_calls(timeline).collect().lazy()
+    gaps = idle.idle_gaps(timeline, work, wins.lazy(), syncs, launch_gap_max_ns).collect()
+    kin = in_windows.lazy()
+    (
+        dev,
+        step_rows,
+        by_cause,
+        step_idle,
+        sites,
+        overlap_rows,
+        collectives,
+        imbalance,
+        tc,
+        copy_rows,
+    ) = pl.collect_all(
         [
-            devices.device_summary(work, wins.lazy(), in_windows.lazy()),
-            devices.step_summary(work, steps.lazy()),
+            devices.device_summary(work, wins.lazy(), kin),
+            devices.step_summary(work, steps.lazy(), kin),
+            idle.idle_by_cause(gaps.lazy()),
+            idle.idle_per_step(gaps.lazy(), steps.lazy()),
+            idle.sync_sites(timeline, syncs, markers, gaps.lazy()),
+            overlap.comm_overlap(kin, wins.lazy()),
+            overlap.per_collective(kin),
+            overlap.rank_imbalance(kin),
+            tensor_cores.tensor_core_summary(in_windows).lazy(),
+            copies.memcpy_summary(work, wins.lazy()),
         ]
     )
+    dev = (
+        dev.join(by_cause, on=windows.DEVICE_KEY, how="left")
+        .join(overlap_rows, on=windows.DEVICE_KEY, how="left")
+        .join(tc, on=windows.DEVICE_KEY, how="left")
+        .with_columns(pl.col(f"{c}_ns" for c in idle.CAUSES).fill_null(0))
+        .with_columns(pl.col("gap_count").fill_null(0))
+    )
+    step_rows = step_rows.join(
+        step_idle, on=[*windows.DEVICE_KEY, "step"], how="left"
+    ).with_columns(pl.col(f"{c}_ns" for c in idle.CAUSES).fill_null(0))
+    small = kernels.small_kernels(in_windows)
+    steps_per_rank = markers.group_by("rank").agg(steps=pl.len().cast(pl.Int64)).collect()
+    slowest = int(imbalance.sort("wait_ns", "rank")["rank"][0]) if imbalance.height > 1 else None
     return Metrics(
         basis="steps" if by_steps else "trace",
         windows=wins,
         devices=dev,
         steps=step_rows,
         kernel_histogram=kernels.duration_histogram(in_windows),
+        launch_size_histogram=kernels.launch_size_histogram(in_windows),
         top_kernels=kernels.top_kernels(in_windows, top_n),
+        kernel_classes=kernels.class_breakdown(in_windows),
         kernel_count=in_windows.height,
         kernel_total_ns=int(in_windows["clipped_ns"].sum() or 0),
+        small_kernel_count_share=small["count_share"],
+        small_kernel_time_share=small["time_share"],
+        gaps=gaps,
+        gap_histogram=idle.gap_histogram(gaps),
+        sync_calls=sites,
+        collectives=collectives,
+        rank_waits=imbalance,
+        copies=copy_rows,
+        launch_gap_max_ns=launch_gap_max_ns,
+        sync_sites=idle.sync_sites_summary(sites, steps_per_rank),
+        syncs_per_step=idle.syncs_per_step(sites),
+        slowest_rank=slowest,
+    )
+
+
+def _classified(timeline: Timeline, kernels_in: pl.LazyFrame) -> pl.LazyFrame:
+    """Kernels in the windows with kernel_class, is_comm, collective_kind and the Tensor
+    Core verdict (name rules run once per distinct name)."""
+    return tensor_cores.add_verdicts(kernels_in.drop("launch_ns"), timeline).with_columns(
+        is_comm=pl.col("kernel_class") == "comm",
+        collective_kind=classify.collective_kind(pl.col("name")),
     )
 
 

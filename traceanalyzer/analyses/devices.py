@@ -56,8 +56,24 @@ def device_summary(
     )
 
 
-def step_summary(work: pl.LazyFrame, steps: pl.LazyFrame) -> pl.LazyFrame:
-    """rank, device, step, name, start_ns, end_ns, busy_ns, idle_share per device step."""
+def step_summary(work: pl.LazyFrame, steps: pl.LazyFrame, kernels: pl.LazyFrame) -> pl.LazyFrame:
+    """rank, device, step, name, start_ns, end_ns, busy_ns, idle_share, kernel_count per
+    device step (a kernel counts in the step during which it starts)."""
+    counts = (
+        kernels.select(*DEVICE_KEY, "start_ns")
+        .sort("start_ns")
+        .join_asof(
+            steps.select(*DEVICE_KEY, "step", s_start="start_ns", s_end="end_ns").sort("s_start"),
+            left_on="start_ns",
+            right_on="s_start",
+            by=DEVICE_KEY,
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .filter(pl.col("start_ns") < pl.col("s_end"))
+        .group_by(*DEVICE_KEY, "step")
+        .agg(kernel_count=pl.len().cast(pl.Int64))
+    )
     return (
         busy_in_spans(work, steps)
         .with_columns(
@@ -66,7 +82,19 @@ def step_summary(work: pl.LazyFrame, steps: pl.LazyFrame) -> pl.LazyFrame:
                 pl.col("end_ns") - pl.col("start_ns"),
             )
         )
-        .select("rank", "device", "step", "name", "start_ns", "end_ns", "busy_ns", "idle_share")
+        .join(counts, on=[*DEVICE_KEY, "step"], how="left")
+        .with_columns(pl.col("kernel_count").fill_null(0))
+        .select(
+            "rank",
+            "device",
+            "step",
+            "name",
+            "start_ns",
+            "end_ns",
+            "busy_ns",
+            "idle_share",
+            "kernel_count",
+        )
         .sort("rank", "device", "start_ns")
     )
 

@@ -61,3 +61,84 @@ def top_kernels(kernels: pl.DataFrame, n: int) -> pl.DataFrame:
         .head(n)
         .collect()
     )
+
+
+#: Kernels shorter than this cannot be kept fed one launch at a time (a launch costs 5-10 µs).
+SMALL_KERNEL_NS = 10_000
+
+
+def threads(grid: str = "grid", block: str = "block") -> pl.Expr:
+    """Threads launched: grid x*y*z times block x*y*z (null where not recorded)."""
+
+    def volume(col: str) -> pl.Expr:
+        c = pl.col(col)
+        return (
+            c.list.get(0, null_on_oob=True).cast(pl.Int64)
+            * c.list.get(1, null_on_oob=True).fill_null(1).cast(pl.Int64)
+            * c.list.get(2, null_on_oob=True).fill_null(1).cast(pl.Int64)
+        )
+
+    return volume(grid) * volume(block)
+
+
+def launch_size_histogram(kernels: pl.DataFrame) -> pl.DataFrame:
+    """lo_threads, hi_threads, count, total_ns: kernels by threads launched, bins x4 from a
+    warp (0, 32, 128, 512, ...); kernels without grid/block are left out."""
+    sized = (
+        kernels.lazy()
+        .select(lo=threads(), clipped_ns="clipped_ns")
+        .filter(pl.col("lo").is_not_null())
+        .collect()
+    )
+    top = int(sized["lo"].max() or 0)  # type: ignore[arg-type]
+    edges = [0, 32]
+    while edges[-1] <= top:
+        edges.append(edges[-1] * 4)
+    bins = pl.DataFrame(
+        {"lo_threads": edges[:-1], "hi_threads": edges[1:]},
+        schema={"lo_threads": pl.Int64, "hi_threads": pl.Int64},
+    )
+    counted = (
+        sized.lazy()
+        .sort("lo")
+        .join_asof(bins.lazy().sort("lo_threads"), left_on="lo", right_on="lo_threads")
+        .group_by("hi_threads")
+        .agg(count=pl.len().cast(pl.Int64), total_ns=pl.col("clipped_ns").sum())
+    )
+    return (
+        bins.lazy()
+        .join(counted, on="hi_threads", how="left")
+        .with_columns(pl.col("count").fill_null(0), pl.col("total_ns").fill_null(0))
+        .sort("lo_threads")
+        .collect()
+    )
+
+
+def small_kernels(
+    kernels: pl.DataFrame, limit_ns: int = SMALL_KERNEL_NS
+) -> dict[str, float | None]:
+    """Share of kernels, and of kernel time, in kernels shorter than `limit_ns`."""
+    dur = pl.col("end_ns") - pl.col("start_ns")
+    row = kernels.select(
+        n=pl.len(),
+        small=(dur < limit_ns).sum(),
+        total=pl.col("clipped_ns").sum(),
+        small_ns=pl.col("clipped_ns").filter(dur < limit_ns).sum(),
+    ).row(0, named=True)
+    return {
+        "count_share": row["small"] / row["n"] if row["n"] else None,
+        "time_share": row["small_ns"] / row["total"] if row["total"] else None,
+    }
+
+
+def class_breakdown(kernels: pl.DataFrame) -> pl.DataFrame:
+    """kernel_class, count, total_ns, share of kernel time (kernels carry `kernel_class`)."""
+    total = int(kernels["clipped_ns"].sum() or 0)
+    return (
+        kernels.lazy()
+        .group_by(pl.col("kernel_class").cast(pl.String))
+        .agg(count=pl.len().cast(pl.Int64), total_ns=pl.col("clipped_ns").sum())
+        .with_columns(share=(pl.col("total_ns") / total) if total else pl.lit(None, pl.Float64))
+        .sort("total_ns", descending=True)
+        .collect()
+    )

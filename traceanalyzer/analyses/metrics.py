@@ -9,15 +9,29 @@ import polars as pl
 
 @dataclass(frozen=True, slots=True)
 class Metrics:
-    """Results of `analyze()`; frames are small summaries, never event tables.
+    """Results of `analyze()`; frames are summaries, never whole event tables.
 
     - `basis`: "steps" when step markers defined the window, else "trace".
     - `windows`: rank, device, start_ns, end_ns.
-    - `devices`: rank, device, window_ns, busy_ns, idle_ns, idle_share, kernel_count, kernel_ns.
-    - `steps`: rank, device, step, name, start_ns, end_ns, busy_ns, idle_share.
+    - `devices`: rank, device, window_ns, busy_ns, idle_ns, idle_share, kernel_count,
+      kernel_ns, `<cause>_ns` per idle cause, gap_count, longest_gap_ns, comm_ns,
+      overlapped_comm_ns, exposed_comm_ns, overlap_share, tc_ns, gemm_ns, unknown_ns,
+      share_of_gemm, share_of_kernel.
+    - `steps`: rank, device, step, name, start_ns, end_ns, busy_ns, idle_share,
+      kernel_count, `<cause>_ns`.
     - `kernel_histogram`: lo_ns, hi_ns, count, total_ns (log-spaced duration bins).
-    - `top_kernels`: name, count, total_ns, share.
-    - `kernel_count`, `kernel_total_ns`: kernels inside the windows, all devices.
+    - `launch_size_histogram`: lo_threads, hi_threads, count, total_ns.
+    - `top_kernels`: name, count, total_ns, share; `kernel_classes`: kernel_class, count,
+      total_ns, share.
+    - `gaps`: every idle gap (rank, device, start_ns, end_ns, gap_ns, cause, before, after,
+      launch_ns, sync_name, sync_start_ns); `gap_histogram`: lo_ns, hi_ns, count, total_ns
+      and ns per cause.
+    - `sync_calls`: host syncs with rank, step, name, op, site, start_ns, idle_ns.
+    - `collectives`: rank, device, collective, count, total_ns, exposed_ns, msg_bytes.
+    - `rank_waits`: rank, collectives, comm_ns, wait_ns (empty for a single rank).
+    - `sync_sites`: rank, name, op, site, count, steps, per_step, idle_ns;
+      `syncs_per_step`: rank, step, count; `slowest_rank`: the rank others wait for.
+    - `copies`: rank, device, copy_kind, src_memory, dst_memory, count, bytes, time_ns, gbps.
     """
 
     basis: str
@@ -25,6 +39,20 @@ class Metrics:
     devices: pl.DataFrame
     steps: pl.DataFrame
     kernel_histogram: pl.DataFrame
+    launch_size_histogram: pl.DataFrame
     top_kernels: pl.DataFrame
+    kernel_classes: pl.DataFrame
     kernel_count: int
     kernel_total_ns: int
+    small_kernel_count_share: float | None
+    small_kernel_time_share: float | None
+    gaps: pl.DataFrame
+    gap_histogram: pl.DataFrame
+    sync_calls: pl.DataFrame
+    collectives: pl.DataFrame
+    rank_waits: pl.DataFrame
+    copies: pl.DataFrame
+    launch_gap_max_ns: int
+    sync_sites: pl.DataFrame
+    syncs_per_step: pl.DataFrame
+    slowest_rank: int | None

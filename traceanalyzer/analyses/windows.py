@@ -3,10 +3,11 @@
 The contract's default window runs from the first to the last step marker (torch's
 `ProfilerStep#N`), projected onto each device's GPU work. Projection: a GPU operation belongs
 to the step during which the host *launched* it (the runtime call with the same correlation
-id started inside the step's host range). On each device, step N then spans from the start of
-its first GPU operation to the start of step N+1's first one; the last step ends when the
-last GPU operation launched in it ends. Steps therefore tile the window, and the idle time
-while the GPU waits for the next step's launches is charged to the step that follows.
+id started inside the step's host range). On each device, step N then ends when the last GPU
+operation launched in it ends, and starts where step N-1 ended (the first step starts with
+its first GPU operation). Steps therefore tile the window, and the idle time while the GPU
+waits for a step's launches (a slow input pipeline, a sleep, a sync) is charged to the step
+that waited: step time is the time between two step completions on the GPU.
 
 Without step markers the window of a device runs from its first to its last GPU operation
 (`basis = "trace"`).
@@ -102,11 +103,11 @@ def device_steps(work: pl.LazyFrame, markers: pl.LazyFrame) -> pl.LazyFrame:
         .agg(first_ns=pl.col("start_ns").min(), last_ns=pl.col("end_ns").max())
         .sort("rank", "device", "first_ns")
     )
-    window_end = pl.col("last_ns").max().over(DEVICE_KEY)
+    done = pl.col("last_ns").cum_max().over(DEVICE_KEY)  # monotonic completions
     return (
-        per_step.with_columns(
-            start_ns=pl.col("first_ns"),
-            end_ns=pl.coalesce(pl.col("first_ns").shift(-1).over(DEVICE_KEY), window_end),
+        per_step.with_columns(end_ns=done)
+        .with_columns(
+            start_ns=pl.coalesce(pl.col("end_ns").shift(1).over(DEVICE_KEY), pl.col("first_ns"))
         )
         .join(markers.select("rank", "step", "name"), on=["rank", "step"], how="left")
         .select("rank", "device", "step", "name", "start_ns", "end_ns")

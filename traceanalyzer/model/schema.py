@@ -57,6 +57,9 @@ COLUMNS: dict[str, tuple[pl.DataType, str]] = {
     "src_memory": (pl.Categorical(), "memcpy source memory: pageable, pinned, device, managed"),
     "dst_memory": (pl.Categorical(), "memcpy destination memory: pageable, pinned, device"),
     "domain": (pl.Categorical(), "NVTX domain of an annotation, where recorded"),
+    "collective": (pl.Categorical(), "collective of a communication kernel, as recorded"),
+    "msg_nelems": (pl.Int64(), "elements in a collective's input message, where recorded"),
+    "msg_dtype": (pl.Categorical(), "element type of a collective's message, where recorded"),
     "input_dims": (pl.String(), "recorded input shapes of a CPU operator, as JSON text"),
     "input_types": (pl.String(), "recorded input dtypes of a CPU operator, as JSON text"),
 }

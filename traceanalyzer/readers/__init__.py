@@ -8,8 +8,10 @@ from traceanalyzer.errors import TraceFormatError, UnsupportedTraceError
 from traceanalyzer.model import Timeline
 from traceanalyzer.readers.base import Reader, head_bytes
 from traceanalyzer.readers.chrome_trace import ChromeTraceReader
+from traceanalyzer.readers.nsys_sqlite import NsysSqliteReader
 
-READERS: dict[str, Reader] = {"chrome": ChromeTraceReader()}
+#: Sniffed in order: the SQLite magic bytes first, then JSON.
+READERS: dict[str, Reader] = {"nsys": NsysSqliteReader(), "chrome": ChromeTraceReader()}
 
 
 def detect(path: Path) -> Reader:
@@ -31,12 +33,11 @@ def detect(path: Path) -> Reader:
             path=path,
             hint="the profiler may have crashed before writing",
         )
-    head = head_bytes(path, 16)
-    what = "an SQLite database" if head.startswith(b"SQLite format 3") else "not a known trace"
     raise UnsupportedTraceError(
-        f"{what}: the content matches none of the formats read ({', '.join(READERS)})",
+        f"not a known trace: the content matches none of the formats read ({', '.join(READERS)})",
         path=path,
-        hint="traceanalyzer reads torch.profiler Chrome traces (.json or .json.gz)",
+        hint="traceanalyzer reads torch.profiler Chrome traces (.json, .json.gz) and Nsight "
+        "Systems SQLite exports (nsys export --type sqlite)",
     )
 
 

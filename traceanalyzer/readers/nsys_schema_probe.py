@@ -161,7 +161,7 @@ class Process:
 
 
 def gpu_processes(con: sqlite3.Connection, pr: Probe) -> list[Process]:
-    """The processes that ran kernels, memcpys or memsets, in order of their first GPU work."""
+    """The processes that ran kernels, memcpys or memsets, in pid order."""
     parts = [
         f"SELECT (globalPid >> 24) & 16777215 AS pid, min(start) AS first FROM {t} "
         "WHERE globalPid IS NOT NULL GROUP BY 1"
@@ -171,7 +171,7 @@ def gpu_processes(con: sqlite3.Connection, pr: Probe) -> list[Process]:
     if not parts:
         return []
     rows = con.execute(
-        f"SELECT pid, min(first) FROM ({' UNION ALL '.join(parts)}) GROUP BY pid ORDER BY 2, 1"
+        f"SELECT pid, min(first) FROM ({' UNION ALL '.join(parts)}) GROUP BY pid ORDER BY pid"
     ).fetchall()
     return [Process(pid=int(p), first_gpu_ns=int(f)) for p, f in rows]
 
@@ -238,7 +238,8 @@ def assign_ranks(
        per rank, as `srun nsys profile ...` makes): source "environment";
     2. NVTX thread names that carry a rank ("MPI Rank 3", set by nsys's MPI tracing):
        source "nvtx";
-    3. the order of each process's first GPU work (ties by pid): source "first GPU activity";
+    3. pid order (launchers such as torchrun and mpirun start rank 0 first, and pids are
+       stabler than which process happened to reach the GPU first): source "pid order";
        a single process is rank 0 with source "default".
     """
     notes: list[str] = []
@@ -247,14 +248,13 @@ def assign_ranks(
     if len(pids) == 1 and len(env) == 1:
         return {pids[0]: env[0]}, "environment", notes
     nvtx = _nvtx_ranks(con, pr)
-    from_nvtx = [nvtx.get(pid) for pid in pids]
-    if pids and None not in from_nvtx and len(set(from_nvtx)) == len(pids):
-        return {pid: int(r) for pid, r in zip(pids, from_nvtx, strict=True)}, "nvtx", notes
+    if pids and all(pid in nvtx for pid in pids) and len({nvtx[p] for p in pids}) == len(pids):
+        return {pid: nvtx[pid] for pid in pids}, "nvtx", notes
     if nvtx:
         notes.append("NVTX thread names name ranks for some processes only; ranks by order")
     if len(pids) <= 1:
         return {pid: 0 for pid in pids}, "default", notes
-    return {pid: i for i, pid in enumerate(pids)}, "first GPU activity", notes
+    return {pid: i for i, pid in enumerate(pids)}, "pid order", notes
 
 
 # --------------------------------------------------------------------------------- devices

@@ -46,7 +46,21 @@ def _lines(r: Report) -> list[str]:
             f" {duration(d['busy_ns']):>10} {duration(d['idle_ns']):>10}"
             f" {percent(d['idle_share']):>8} {d['kernel_count']:>8}  {d['name'] or ''}"
         )
+    lines += _idle_lines(r)
+    lines += _comm_lines(r)
+    lines += _tensor_core_lines(r)
     k = r.kernels
+    lines += ["", "Kernel time by class"]
+    for c in k["classes"]:
+        lines.append(
+            f"  {c['kernel_class']:<14} {duration(c['total_ns']):>10} {percent(c['share']):>8}"
+            f" {c['count']:>8} kernels"
+        )
+    small = k["small_kernels"]
+    lines.append(
+        f"  kernels shorter than {duration(small['limit_ns'])}: {percent(small['count_share'])}"
+        f" of kernels, {percent(small['time_share'])} of kernel time"
+    )
     lines += ["", f"Top kernels by time ({k['count']} kernels, {duration(k['total_ns'])})"]
     lines.append(f"  {'time':>10} {'share':>8} {'count':>7}  name")
     for t in k["top"]:
@@ -62,17 +76,109 @@ def _lines(r: Report) -> list[str]:
         lines += ["", "Steps (projected onto each device's GPU work)"]
         lines.append(
             f"  {'rank':>4} {'dev':>3}  {'step':<22} {'time':>10} {'busy':>10} {'idle %':>8}"
+            f" {'kernels':>8}  idle by cause"
         )
         for s in r.steps:
             lines.append(
                 f"  {s['rank']:>4} {s['device']:>3}  {printable(s['name'], 22):<22}"
                 f" {duration(s['end_ns'] - s['start_ns']):>10} {duration(s['busy_ns']):>10}"
-                f" {percent(s['idle_share']):>8}"
+                f" {percent(s['idle_share']):>8} {s['kernel_count']:>8}  "
+                + _cause_text(s["idle_by_cause"])
             )
+    lines += _copy_lines(r)
     q = r.quality
     if q["truncated"] or q["dropped_events"] or q["notes"]:
         lines += ["", "Data quality"]
         lines += [f"  {printable(n, 200)}" for n in q["notes"]]
         for reason, n in q["dropped_events"].items():
             lines.append(f"  {n} events not read: {printable(reason, 80)}")
+    return lines
+
+
+def _cause_text(by_cause: dict[str, int]) -> str:
+    parts = [f"{c} {duration(ns)}" for c, ns in by_cause.items() if ns]
+    return ", ".join(parts) or "none"
+
+
+def _idle_lines(r: Report) -> list[str]:
+    lines = ["", "Idle by cause (share of the window)"]
+    lines.append(
+        f"  {'rank':>4} {'dev':>3}  {'host_wait':>10} {'sync':>8} {'launch':>8} {'other':>8}"
+        f" {'gaps':>7} {'longest':>10}"
+    )
+    for d in r.devices:
+        w = d["window_ns"] or 1
+        c = d["idle_by_cause"]
+        lines.append(
+            f"  {d['rank']:>4} {d['device']:>3}  {percent(c['host_wait'] / w):>10}"
+            f" {percent(c['sync'] / w):>8} {percent(c['launch_overhead'] / w):>8}"
+            f" {percent(c['other'] / w):>8} {d['gap_count']:>7}"
+            f" {duration(d['longest_gap_ns']):>10}"
+        )
+    sites = r.idle["sync_sites"]
+    if sites:
+        lines += ["", "Host syncs (where they come from)"]
+        lines.append(f"  {'count':>6} {'per step':>8} {'idle':>10}  call")
+        for s in sites[:8]:
+            where = " <- ".join(x for x in (s["op"], s["site"]) if x) or "(no call stack)"
+            per_step = "n/a" if s["per_step"] is None else f"{s['per_step']:.1f}"
+            lines.append(
+                f"  {s['count']:>6} {per_step:>8} {duration(s['idle_ns']):>10}"
+                f"  {printable(s['name'], 30)} in {printable(where, 80)}"
+            )
+    return lines
+
+
+def _comm_lines(r: Report) -> list[str]:
+    if not any(d["comm_ns"] for d in r.devices):
+        return []
+    lines = ["", "Communication (collective kernels)"]
+    lines.append(f"  {'rank':>4} {'dev':>3}  {'comm':>10} {'exposed':>10} {'overlap %':>10}")
+    for d in r.devices:
+        lines.append(
+            f"  {d['rank']:>4} {d['device']:>3}  {duration(d['comm_ns']):>10}"
+            f" {duration(d['exposed_comm_ns']):>10} {percent(d['overlap_share']):>10}"
+        )
+    for c in r.communication["per_collective"][:8]:
+        size = "" if c["msg_bytes"] is None else f", {c['msg_bytes'] / 1e6:.1f} MB"
+        lines.append(
+            f"    rank {c['rank']} {c['collective']}: {c['count']} x, {duration(c['total_ns'])},"
+            f" exposed {duration(c['exposed_ns'])}{size}"
+        )
+    ranks = r.communication["ranks"]
+    if ranks:
+        slow = r.communication["slowest_rank"]
+        waits = ", ".join(f"rank {x['rank']} {duration(x['wait_ns'])}" for x in ranks)
+        lines.append(f"  waiting inside collectives: {waits}; slowest rank: {slow}")
+    return lines
+
+
+def _tensor_core_lines(r: Report) -> list[str]:
+    lines = ["", "Tensor Cores"]
+    lines.append(
+        f"  {'rank':>4} {'dev':>3}  {'GEMM time':>10} {'on TC':>10} {'unknown':>10}"
+        f" {'TC/GEMM':>8} {'TC/kernels':>10}"
+    )
+    for d in r.devices:
+        t = d["tensor_core"]
+        lines.append(
+            f"  {d['rank']:>4} {d['device']:>3}  {duration(t['gemm_ns']):>10}"
+            f" {duration(t['tc_ns']):>10} {duration(t['unknown_ns']):>10}"
+            f" {percent(t['share_of_gemm']):>8} {percent(t['share_of_kernel']):>10}"
+        )
+    return lines
+
+
+def _copy_lines(r: Report) -> list[str]:
+    if not r.copies:
+        return []
+    lines = ["", "Memory copies"]
+    for c in r.copies:
+        gbps = "n/a" if c["gbps"] is None else f"{c['gbps']:.1f} GB/s"
+        size = "n/a" if c["bytes"] is None else f"{c['bytes'] / 1e6:.1f} MB"
+        lines.append(
+            f"  rank {c['rank']} dev {c['device']}: {c['copy_kind'] or '?'}"
+            f" ({c['src_memory'] or '?'} -> {c['dst_memory'] or '?'}) {c['count']} x,"
+            f" {size} in {duration(c['time_ns'])}, {gbps}"
+        )
     return lines

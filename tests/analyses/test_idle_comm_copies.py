@@ -1,0 +1,145 @@
+"""Idle gaps and causes, syncs, comm overlap, rank imbalance and copies on tiny traces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from tests.builders import cpu_op, gpu_op, kernel, launch, step, write_trace
+from traceanalyzer.analyses import analyze
+from traceanalyzer.readers import read
+
+
+def _py(ts: float, dur: float, name: str) -> dict[str, Any]:
+    return {
+        "ph": "X",
+        "cat": "python_function",
+        "name": name,
+        "pid": 100,
+        "tid": 100,
+        "ts": ts,
+        "dur": dur,
+        "args": {},
+    }
+
+
+# µs; host step [100, 1000); six 10 µs kernels; one gap per cause
+CAUSES_TRACE = [
+    step(1, 100, 900),
+    launch(110, 2, corr=1),
+    kernel(200, 10, "A", corr=1),
+    launch(150, 2, corr=2),
+    kernel(220, 10, "B", corr=2),  # queued early: gap [210,220) other
+    launch(240, 2, corr=3),
+    kernel(245, 10, "C", corr=3),  # late, 15 µs: launch_overhead
+    _py(250, 170, "train.py(88): train_step"),
+    cpu_op(255, 147, "aten::item"),
+    launch(256, 144, corr=90, name="cudaStreamSynchronize"),  # gap [255,410): 144 sync, 11 launch
+    launch(405, 2, corr=4),
+    kernel(410, 10, "D", corr=4),
+    launch(600, 2, corr=5),
+    kernel(700, 10, "E", corr=5),  # gap [420,700): host_wait
+    launch(720, 2, corr=6),
+    kernel(760, 10, "F", corr=6),  # gap exactly 50 µs: launch_overhead
+]
+
+
+def test_each_gap_gets_its_cause(tmp_path: Path) -> None:
+    m = analyze(read(write_trace(tmp_path / "t.json", CAUSES_TRACE)))
+    d = m.devices.row(0, named=True)
+    assert (d["window_ns"], d["busy_ns"], d["idle_ns"]) == (570_000, 60_000, 510_000)
+    assert {c: d[f"{c}_ns"] for c in ("other", "launch_overhead", "sync", "host_wait")} == {
+        "other": 10_000,
+        "launch_overhead": 76_000,
+        "sync": 144_000,
+        "host_wait": 280_000,
+    }
+    gaps = m.gaps.select("start_ns", "gap_ns", pl.col("cause").cast(pl.String), "before", "after")
+    assert gaps.row(3) == (420_000, 280_000, "host_wait", "D", "E")
+    assert m.gaps.filter(pl.col("cause") == "sync")["sync_name"].to_list() == [
+        "cudaStreamSynchronize"
+    ]
+    steps = m.steps.row(0, named=True)
+    assert steps["sync_ns"] == 144_000 and steps["kernel_count"] == 6
+
+
+def test_threshold_is_inclusive(tmp_path: Path) -> None:
+    m = analyze(read(write_trace(tmp_path / "t.json", CAUSES_TRACE)), launch_gap_max_ns=49_999)
+    d = m.devices.row(0, named=True)
+    assert (d["launch_overhead_ns"], d["host_wait_ns"]) == (26_000, 330_000)
+
+
+def test_sync_call_sites(tmp_path: Path) -> None:
+    m = analyze(read(write_trace(tmp_path / "t.json", CAUSES_TRACE)))
+    site = m.sync_sites.row(0, named=True)
+    assert site["name"] == "cudaStreamSynchronize"
+    assert site["op"] == "aten::item"
+    assert site["site"] == "train.py(88): train_step"
+    assert (site["count"], site["steps"], site["per_step"], site["idle_ns"]) == (1, 1, 1.0, 144_000)
+    assert m.syncs_per_step.rows() == [(0, 1, 1)]
+
+
+def test_comm_overlap(tmp_path: Path) -> None:
+    events = [
+        kernel(1000, 100, "ncclKernel_AllReduce_RING_LL_Sum_float", stream=20),
+        kernel(1050, 100, "volta_sgemm_128x64_nn", stream=7),
+        kernel(1300, 40, "ncclDevKernel_AllGather_RING_LL", stream=20),  # fully exposed
+    ]
+    m = analyze(read(write_trace(tmp_path / "c.json", events)))
+    d = m.devices.row(0, named=True)
+    assert (d["comm_ns"], d["overlapped_comm_ns"], d["exposed_comm_ns"]) == (
+        140_000,
+        50_000,
+        90_000,
+    )
+    assert d["overlap_share"] == 50 / 140
+    per = {
+        r["collective"]: (r["count"], r["total_ns"], r["exposed_ns"])
+        for r in m.collectives.iter_rows(named=True)
+    }
+    assert per == {"all_reduce": (1, 100_000, 50_000), "all_gather": (1, 40_000, 40_000)}
+
+
+def test_no_comm_gives_null_overlap_share(tmp_path: Path) -> None:
+    m = analyze(read(write_trace(tmp_path / "n.json", [kernel(10, 5, "k")])))
+    d = m.devices.row(0, named=True)
+    assert (d["comm_ns"], d["overlap_share"]) == (0, None)
+
+
+def test_rank_imbalance(tmp_path: Path) -> None:
+    # rank 1 arrives last at both collectives: its kernels are the shortest
+    for rank, (d1, d2) in enumerate([(100, 70), (40, 20)]):
+        write_trace(
+            tmp_path / "job" / f"rank{rank}.json",
+            [
+                kernel(
+                    1000 + 500 * rank, d1, "ncclKernel_AllReduce_RING_LL_Sum_float", device=rank
+                ),
+                kernel(3000, d2, "ncclKernel_AllReduce_RING_LL_Sum_float", device=rank),
+            ],
+        )
+    m = analyze(read(tmp_path / "job"))
+    assert m.rank_waits.select("rank", "collectives", "wait_ns").rows() == [
+        (0, 2, 110_000),
+        (1, 2, 0),
+    ]
+    assert m.slowest_rank == 1
+
+
+def test_copies_by_direction_and_memory(tmp_path: Path) -> None:
+    events = [
+        gpu_op("gpu_memcpy", 10, 2, "Memcpy HtoD (Pageable -> Device)", bytes=4096),
+        gpu_op("gpu_memcpy", 20, 1, "Memcpy DtoH (Device -> Pinned)", bytes=1000),
+        gpu_op("gpu_memcpy", 30, 2, "Memcpy HtoD (Pageable -> Device)", bytes=4096),
+    ]
+    m = analyze(read(write_trace(tmp_path / "m.json", events)))
+    rows = {
+        (r["copy_kind"], r["src_memory"]): (r["count"], r["bytes"], r["time_ns"], r["gbps"])
+        for r in m.copies.iter_rows(named=True)
+    }
+    assert rows == {
+        ("HtoD", "pageable"): (2, 8192, 4000, 2.048),
+        ("DtoH", "device"): (1, 1000, 1000, 1.0),
+    }

@@ -1,0 +1,28 @@
+-- The 2021 layout (nsys ~2021.2, like the Mordred export): no META_DATA_* or ENUM_* tables,
+-- no PROCESSES, no NVTX, no TARGET_INFO_SESSION_START_TIME, kernels without mangledName,
+-- memcpys without virtualAddress. One process (pid 2142).
+CREATE TABLE StringIds (id INTEGER NOT NULL PRIMARY KEY, value TEXT NOT NULL);
+INSERT INTO StringIds VALUES (1, 'void build_GPU2<128, 4>(int*, int)'), (2, 'build_GPU2'),
+  (3, 'cudaLaunchKernel_v7000'), (4, 'cudaMemcpy_v3020'), (5, 'cudaMemset_v3020');
+CREATE TABLE TARGET_INFO_GPU (id INTEGER, name TEXT, busLocation TEXT, totalMemory INTEGER,
+  smCount INTEGER, cuDevice INTEGER, computeMajor INTEGER, computeMinor INTEGER);
+INSERT INTO TARGET_INFO_GPU VALUES (0, 'Quadro RTX 6000', '0000:3B:00.0', 25396838400, 72, 0, 7, 5);
+CREATE TABLE ThreadNames (nameId INTEGER NOT NULL, priority INTEGER, globalTid INTEGER);
+CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, streamId INTEGER NOT NULL, correlationId INTEGER, globalPid INTEGER, demangledName INTEGER NOT NULL, shortName INTEGER NOT NULL, launchType INTEGER, cacheConfig INTEGER, registersPerThread INTEGER NOT NULL, gridX INTEGER NOT NULL, gridY INTEGER NOT NULL, gridZ INTEGER NOT NULL, blockX INTEGER NOT NULL, blockY INTEGER NOT NULL, blockZ INTEGER NOT NULL, staticSharedMemory INTEGER NOT NULL, dynamicSharedMemory INTEGER NOT NULL, localMemoryPerThread INTEGER NOT NULL, localMemoryTotal INTEGER NOT NULL, gridId INTEGER NOT NULL, sharedMemoryExecuted INTEGER, graphNodeId INTEGER, sharedMemoryLimitConfig INTEGER);
+INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES
+  (2000, 2100, 0, 1, 7, 10, (1 << 48) + (2142 << 24), 1, 2, 0, 0, 24, 1563, 1, 1, 128, 1, 1, 0, 0, 0, 0, 1, 0, NULL, NULL),
+  (2200, 2300, 0, 1, 7, 12, NULL, 1, 2, 0, 0, 24, 1563, 1, 1, 128, 1, 1, 0, 0, 0, 0, 2, 0, NULL, NULL);
+CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, streamId INTEGER NOT NULL, correlationId INTEGER, globalPid INTEGER, bytes INTEGER NOT NULL, copyKind INTEGER NOT NULL, deprecatedSrcId INTEGER, srcKind INTEGER, dstKind INTEGER, srcDeviceId INTEGER, srcContextId INTEGER, dstDeviceId INTEGER, dstContextId INTEGER, migrationCause INTEGER, graphNodeId INTEGER);
+INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES
+  (1000, 1500, 0, 1, 7, 8, (1 << 48) + (2142 << 24), 1048576, 1, NULL, 1, 2, NULL, NULL, 0, 1, NULL, NULL),
+  (2400, 2500, 0, 1, 7, 13, (1 << 48) + (2142 << 24), 64, 2, NULL, 2, 0, 0, 1, NULL, NULL, NULL, NULL);
+CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET (start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, streamId INTEGER NOT NULL, correlationId INTEGER, globalPid INTEGER, value INTEGER NOT NULL, bytes INTEGER NOT NULL, graphNodeId INTEGER, memKind INTEGER);
+INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES (1600, 1700, 0, 1, 7, 9, (1 << 48) + (2142 << 24), 0, 128, NULL, 2);
+CREATE TABLE CUPTI_ACTIVITY_KIND_SYNCHRONIZATION (start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, streamId INTEGER NOT NULL, correlationId INTEGER, globalPid INTEGER, syncType INTEGER NOT NULL, eventId INTEGER NOT NULL);
+CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER NOT NULL, end INTEGER NOT NULL, eventClass INTEGER NOT NULL, globalTid INTEGER, correlationId INTEGER, nameId INTEGER NOT NULL, returnValue INTEGER NOT NULL, callchainId INTEGER);
+INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES
+  (900, 1600, 1, (1 << 48) + (2142 << 24) + 2142, 8, 4, 0, NULL),
+  (1550, 1580, 1, (1 << 48) + (2142 << 24) + 2142, 9, 5, 0, NULL),
+  (1900, 1950, 1, (1 << 48) + (2142 << 24) + 2142, 10, 3, 0, NULL),
+  (2050, 2090, 1, (1 << 48) + (2142 << 24) + 2142, 12, 3, 0, NULL),
+  (2350, 2600, 1, (1 << 48) + (2142 << 24) + 2142, 13, 4, 0, NULL);

@@ -1,0 +1,367 @@
+"""Idle gaps inside the window, their causes, and the host-device syncs behind them.
+
+A gap is a stretch of the window where a device runs no GPU work at all (between two
+intervals of the union of its kernels, memcpys and memsets). Its time is split by cause:
+
+1. `sync`: the part of the gap during which a synchronising host call of the same rank was
+   in progress
+   (`cudaDeviceSynchronize`, `cudaStreamSynchronize`, `cudaEventSynchronize`, a blocking
+   `cudaMemcpy`, their driver-API twins, or a CUPTI synchronisation record). While the host
+   waits, nothing new is queued, so the GPU drains and sits idle.
+The rest of the gap (all of it, without a sync) gets one cause:
+
+2. `launch_overhead`: the operation that ended the gap was launched after the gap began, and
+   the rest is short (at most `LAUNCH_GAP_MAX_NS`): the CPU issues work one launch at a time
+   and the GPU finishes each before the next arrives.
+3. `host_wait`: the operation that ended the gap was launched after the gap began, and the
+   rest is longer: nothing was queued because the host was busy elsewhere (input pipeline,
+   Python, a sleep, the optimizer on the CPU...).
+4. `other`: the operation that ended the gap was already queued before the gap began (a wait
+   on another stream or an event), or no launch was recorded for it. The tool does not guess.
+
+So a `.item()` followed by a 30 ms data-loader wait counts the drain as `sync` and the 30 ms
+as `host_wait`. Each gap also gets its dominant cause (`cause`), for listing.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceanalyzer.analyses.intervals import busy_before, union
+from traceanalyzer.analyses.kernels import histogram_edges
+from traceanalyzer.analyses.windows import DEVICE_KEY
+from traceanalyzer.model import Kind, Timeline
+
+#: Gaps up to this long, ended by a launch issued after the gap began, are launch overhead.
+#: An eager PyTorch op costs 10-50 µs of host time (Python, dispatcher, launch).
+LAUNCH_GAP_MAX_NS = 50_000
+
+CAUSES = ("host_wait", "sync", "launch_overhead", "other")
+CAUSE = pl.Enum(list(CAUSES))
+
+#: Host API calls that block until GPU work finishes (runtime and driver API names, HIP too).
+SYNC_CALL_PATTERN = (
+    r"^(?:cuda|hip)(?:DeviceSynchronize|ThreadSynchronize|StreamSynchronize|EventSynchronize"
+    r"|Memcpy|Memcpy2D|Memcpy3D|MemcpyToSymbol|MemcpyFromSymbol|Memset)(?:_v\d+)?$"
+    r"|^cu(?:CtxSynchronize|StreamSynchronize|EventSynchronize|MemcpyDtoH|MemcpyHtoD)(?:_v\d+)?$"
+)
+
+_HOST_CALLS = [Kind.RUNTIME.value, Kind.DRIVER.value]
+
+
+def sync_calls(timeline: Timeline) -> pl.LazyFrame:
+    """Host calls that block on the GPU: rank, pid, tid, name, start_ns, end_ns.
+
+    CUPTI synchronisation records (kind `sync`) count too; they carry no host thread.
+    """
+    name = pl.col("name").cast(pl.String)
+    events = timeline.events.lazy()
+    calls = events.filter(pl.col("kind").is_in(_HOST_CALLS)).filter(
+        name.str.contains(SYNC_CALL_PATTERN)
+    )
+    records = events.filter(pl.col("kind") == Kind.SYNC.value)
+    return pl.concat([calls, records]).select(
+        "rank", "pid", "tid", name=name, start_ns="start_ns", end_ns="end_ns"
+    )
+
+
+def idle_gaps(
+    timeline: Timeline,
+    work: pl.LazyFrame,
+    windows: pl.LazyFrame,
+    syncs: pl.LazyFrame,
+    launch_gap_max_ns: int = LAUNCH_GAP_MAX_NS,
+) -> pl.LazyFrame:
+    """Every gap in GPU work inside each device's window, with its cause.
+
+    `work` is the GPU work with `launch_ns` (see windows.gpu_work_with_step). Columns: rank,
+    device, start_ns, end_ns, gap_ns, cause, before (name of the work that ended at the gap's
+    start), after (name of the work that ended the gap), launch_ns (when that work was
+    launched), sync_name (the sync call in progress, for `sync` gaps).
+    """
+    wins = windows.select(*DEVICE_KEY, w_start="start_ns", w_end="end_ns")
+    clipped = (
+        work.join(wins, on=DEVICE_KEY)
+        .with_columns(
+            start_ns=pl.max_horizontal("start_ns", "w_start"),
+            end_ns=pl.min_horizontal("end_ns", "w_end"),
+        )
+        .filter(pl.col("end_ns") > pl.col("start_ns"))
+    )
+    merged = union(clipped, DEVICE_KEY)
+    gaps = (
+        merged.with_columns(
+            gap_start=pl.col("end_ns"),
+            gap_end=pl.col("start_ns").shift(-1).over(DEVICE_KEY),
+        )
+        .filter(pl.col("gap_end").is_not_null() & (pl.col("gap_end") > pl.col("gap_start")))
+        .select(*DEVICE_KEY, start_ns="gap_start", end_ns="gap_end")
+    )
+    # the work that ends the gap: earliest launch among the ops starting exactly there
+    after = work.group_by(*DEVICE_KEY, "start_ns").agg(
+        after=pl.col("name").sort_by("launch_ns", nulls_last=True).first().cast(pl.String),
+        launch_ns=pl.col("launch_ns").min(),
+    )
+    before = work.group_by(*DEVICE_KEY, "end_ns").agg(before=pl.col("name").first().cast(pl.String))
+    merged_syncs = union(syncs.select("rank", "start_ns", "end_ns"), ["rank"])
+    # the host call to name (CUPTI records have no thread, and a call is what a user can fix)
+    named_syncs = syncs.filter(pl.col("pid").is_not_null()).select(
+        "rank", n_start="start_ns", n_end="end_ns", sync_name="name"
+    )
+    gap_ns = pl.col("end_ns") - pl.col("start_ns")
+    rest = pl.col("gap_ns") - pl.col("sync_ns")
+    launched_late = pl.col("launch_ns") >= pl.col("start_ns")
+    rest_cause = (
+        pl.when(launched_late & (rest <= launch_gap_max_ns))
+        .then(pl.lit("launch_overhead"))
+        .when(launched_late)
+        .then(pl.lit("host_wait"))
+        .otherwise(pl.lit("other"))
+    )
+    with_sync = busy_before(
+        busy_before(
+            gaps.join(
+                after,
+                left_on=[*DEVICE_KEY, "end_ns"],
+                right_on=[*DEVICE_KEY, "start_ns"],
+                how="left",
+            ).join(
+                before,
+                left_on=[*DEVICE_KEY, "start_ns"],
+                right_on=[*DEVICE_KEY, "end_ns"],
+                how="left",
+            ),
+            merged_syncs,
+            ["rank"],
+            "start_ns",
+        ),
+        merged_syncs,
+        ["rank"],
+        "end_ns",
+    )
+    named = pl.col("n_end") > pl.col("start_ns")
+    return (
+        with_sync.with_columns(
+            gap_ns=gap_ns, sync_ns=pl.col("end_ns_busy_ns") - pl.col("start_ns_busy_ns")
+        )
+        .with_columns(rest_cause=rest_cause)
+        .with_columns(
+            [
+                pl.when(pl.col("rest_cause") == c).then(rest).otherwise(0).alias(f"{c}_ns")
+                for c in CAUSES
+                if c != "sync"
+            ]
+        )
+        .with_columns(
+            cause=pl.when(pl.col("sync_ns") >= rest)
+            .then(pl.lit("sync"))
+            .otherwise(pl.col("rest_cause"))
+            .cast(CAUSE)
+        )
+        .sort("end_ns")
+        .join_asof(
+            named_syncs.sort("n_start"),
+            left_on="end_ns",
+            right_on="n_start",
+            by="rank",
+            strategy="backward",
+            allow_exact_matches=False,  # a sync must start before the gap ends
+            check_sortedness=False,
+        )
+        .with_columns(
+            sync_name=pl.when(named & (pl.col("sync_ns") > 0)).then(pl.col("sync_name")),
+            sync_start_ns=pl.when(named & (pl.col("sync_ns") > 0)).then(pl.col("n_start")),
+        )
+        .select(
+            *DEVICE_KEY,
+            "start_ns",
+            "end_ns",
+            "gap_ns",
+            "cause",
+            *(f"{c}_ns" for c in CAUSES),
+            "before",
+            "after",
+            "launch_ns",
+            "sync_name",
+            "sync_start_ns",
+        )
+        .sort(*DEVICE_KEY, "start_ns")
+    )
+
+
+def idle_by_cause(gaps: pl.LazyFrame) -> pl.LazyFrame:
+    """rank, device and one `<cause>_ns` column per cause (0 where none)."""
+    totals = gaps.group_by(*DEVICE_KEY).agg(
+        [pl.col(f"{c}_ns").sum() for c in CAUSES]
+        + [
+            pl.len().cast(pl.Int64).alias("gap_count"),
+            pl.col("gap_ns").max().alias("longest_gap_ns"),
+        ]
+    )
+    return totals
+
+
+def idle_per_step(gaps: pl.LazyFrame, steps: pl.LazyFrame) -> pl.LazyFrame:
+    """rank, device, step and idle ns by cause per device step (a gap lies in one step)."""
+    return (
+        gaps.sort("start_ns")
+        .join_asof(
+            steps.select(*DEVICE_KEY, "step", step_start="start_ns").sort("step_start"),
+            left_on="start_ns",
+            right_on="step_start",
+            by=DEVICE_KEY,
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .filter(pl.col("step").is_not_null())
+        .group_by(*DEVICE_KEY, "step")
+        .agg([pl.col(f"{c}_ns").sum() for c in CAUSES])
+    )
+
+
+#: A Python frame of the user's code, not of torch or a library (`file.py(line): function`).
+_USER_FRAME = r"^[^<]*\.py\(\d+\): "
+_LIBRARY_FRAME = r"(?:site-packages|dist-packages|/lib/python|^torch/|^<|^threading\.py)"
+
+
+def sync_sites(
+    timeline: Timeline, syncs: pl.LazyFrame, markers: pl.LazyFrame, gaps: pl.LazyFrame
+) -> pl.LazyFrame:
+    """Host sync calls with where they came from and the idle they caused.
+
+    Columns: rank, step (host step containing the call; null outside steps), name (the API
+    call), op (the outermost CPU operator around it, e.g. `aten::item`), site (the innermost
+    Python frame of user code around it, e.g. `train.py(88): train_step`, where the trace has
+    Python stacks), start_ns, idle_ns (the idle of `sync` gaps during this call).
+    """
+    calls = syncs.filter(pl.col("pid").is_not_null()).with_row_index("_call")
+    events = timeline.events.lazy()
+    thread = ["rank", "pid", "tid"]
+    # outermost operator: the top-level CPU op (not inside another op on its thread) around it
+    ops = (
+        events.filter(pl.col("kind") == Kind.CPU_OP.value)
+        .select(*thread, "start_ns", "end_ns", op=pl.col("name").cast(pl.String))
+        .sort(*thread, "start_ns")
+        .with_columns(_reach=pl.col("end_ns").cum_max().shift(1).over(thread))
+        .filter(pl.col("_reach").is_null() | (pl.col("_reach") <= pl.col("start_ns")))
+        .select(*thread, op_start="start_ns", op_end="end_ns", op="op")
+    )
+    with_op = (
+        calls.sort("start_ns")
+        .join_asof(
+            ops.sort("op_start"),
+            left_on="start_ns",
+            right_on="op_start",
+            by=thread,
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .with_columns(op=pl.when(pl.col("op_end") >= pl.col("end_ns")).then(pl.col("op")))
+        .drop("op_start", "op_end")
+    )
+    frames = (
+        events.filter(pl.col("kind") == Kind.PYTHON.value)
+        .select(*thread, f_start="start_ns", f_end="end_ns", site=pl.col("name").cast(pl.String))
+        .filter(
+            pl.col("site").str.contains(_USER_FRAME) & ~pl.col("site").str.contains(_LIBRARY_FRAME)
+        )
+    )
+    sites = (
+        calls.select("_call", *thread, "start_ns", "end_ns")
+        .join(frames, on=thread)
+        .filter((pl.col("f_start") <= pl.col("start_ns")) & (pl.col("f_end") >= pl.col("end_ns")))
+        .group_by("_call")
+        .agg(pl.col("site").sort_by("f_start").last())
+    )
+    idle = (
+        gaps.filter(pl.col("sync_start_ns").is_not_null())
+        .group_by("rank", "sync_start_ns")
+        .agg(idle_ns=pl.col("sync_ns").sum())
+    )
+    stepped = with_op.sort("start_ns").join_asof(
+        markers.select("rank", "step", s_start="start_ns", s_end="end_ns").sort("s_start"),
+        left_on="start_ns",
+        right_on="s_start",
+        by="rank",
+        strategy="backward",
+        check_sortedness=False,
+    )
+    return (
+        stepped.with_columns(step=pl.when(pl.col("start_ns") < pl.col("s_end")).then("step"))
+        .join(sites, on="_call", how="left")
+        .join(idle, left_on=["rank", "start_ns"], right_on=["rank", "sync_start_ns"], how="left")
+        .select(
+            "rank",
+            "step",
+            "name",
+            "op",
+            "site",
+            "start_ns",
+            idle_ns=pl.col("idle_ns").fill_null(0),
+        )
+        .sort("rank", "start_ns")
+    )
+
+
+def gap_histogram(gaps: pl.DataFrame) -> pl.DataFrame:
+    """lo_ns, hi_ns, count, total_ns and `<cause>_ns` per log-spaced gap-length bin."""
+    edges = histogram_edges(int(gaps["gap_ns"].max() or 0))  # type: ignore[arg-type]
+    bins = pl.DataFrame(
+        {"lo_ns": edges[:-1], "hi_ns": edges[1:]}, schema={"lo_ns": pl.Int64, "hi_ns": pl.Int64}
+    )
+    counted = (
+        gaps.lazy()
+        .sort("gap_ns")
+        .join_asof(bins.lazy().sort("lo_ns"), left_on="gap_ns", right_on="lo_ns")
+        .group_by("hi_ns")
+        .agg(
+            [pl.len().cast(pl.Int64).alias("count"), pl.col("gap_ns").sum().alias("total_ns")]
+            + [pl.col(f"{c}_ns").sum() for c in CAUSES]
+        )
+    )
+    return (
+        bins.lazy()
+        .join(counted, on="hi_ns", how="left")
+        .with_columns(pl.all().exclude("lo_ns", "hi_ns").fill_null(0))
+        .sort("lo_ns")
+        .collect()
+    )
+
+
+def sync_sites_summary(calls: pl.DataFrame, steps_per_rank: pl.DataFrame) -> pl.DataFrame:
+    """Per (rank, name, op, site): count, steps (distinct steps with one), per_step (count
+    in steps / steps of that rank; null without steps), idle_ns; most idle first.
+
+    `steps_per_rank`: rank, steps (number of host steps).
+    """
+    return (
+        calls.lazy()
+        .group_by("rank", "name", "op", "site")
+        .agg(
+            count=pl.len().cast(pl.Int64),
+            in_steps=pl.col("step").is_not_null().sum().cast(pl.Int64),
+            steps=pl.col("step").drop_nulls().n_unique().cast(pl.Int64),
+            idle_ns=pl.col("idle_ns").sum(),
+        )
+        .join(steps_per_rank.lazy(), on="rank", how="left", suffix="_total")
+        .with_columns(
+            per_step=pl.when(pl.col("steps_total") > 0).then(
+                pl.col("in_steps") / pl.col("steps_total")
+            )
+        )
+        .drop("in_steps", "steps_total")
+        .sort(["idle_ns", "count"], descending=True)
+        .collect()
+    )
+
+
+def syncs_per_step(calls: pl.DataFrame) -> pl.DataFrame:
+    """rank, step, count of host sync calls in each host step (steps with none are absent)."""
+    return (
+        calls.lazy()
+        .filter(pl.col("step").is_not_null())
+        .group_by("rank", "step")
+        .agg(count=pl.len().cast(pl.Int64))
+        .sort("rank", "step")
+        .collect()
+    )

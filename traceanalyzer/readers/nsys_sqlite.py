@@ -1,0 +1,400 @@
+"""Reader for Nsight Systems SQLite exports (`nsys export --type sqlite`).
+
+Pipeline position: file -> this reader -> Timeline. What an export holds and which ranks its
+processes are is probed in `nsys_schema_probe.py`; this module turns the event tables into
+the event schema: kernels, memcpys and memsets (GPU work), CUDA runtime (and driver) API
+calls, CUPTI synchronisation records and NVTX ranges.
+
+How it stays fast: SQL does the work. Each table is read in rowid ranges by one aggregate
+query that prints its rows as CSV text inside SQLite (`printf` + `group_concat`) and hands
+back one blob per range; polars parses the blob with an explicit schema. No Python object is
+made per event (that alone would cost seconds per million rows). String ids (kernel and API
+names) stay integers in the big tables; their distinct values are joined to `StringIds` in
+SQL and then to the events in polars.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+import polars as pl
+
+from traceanalyzer.errors import NoGpuEventsError
+from traceanalyzer.model import (
+    EVENT_SCHEMA,
+    KIND,
+    DataQuality,
+    RankInfo,
+    Timeline,
+    TraceMeta,
+)
+from traceanalyzer.readers import nsys_schema_probe as sp
+from traceanalyzer.readers.base import SQLITE_MAGIC
+
+#: Rows per aggregate query: one blob of about 25 MB for the widest table.
+CHUNK_ROWS = 1 << 18
+
+#: CUPTI's "no such stream/device" value, written as an unsigned 32-bit integer.
+INVALID_ID = 0xFFFFFFFF
+
+#: CUpti_ActivityMemcpyKind -> direction (11..13 are nsys's unified-memory migrations).
+COPY_KIND: dict[int, str] = {
+    1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",
+    8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "HtoD", 12: "DtoH", 13: "DtoD",
+}  # fmt: skip
+#: CUpti_ActivityMemoryKind -> the label Kineto puts in memcpy/memset names.
+MEMORY_LABEL: dict[int, str] = {
+    0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed",
+    5: "Device Static", 6: "Managed Static", 7: "Unknown",
+}  # fmt: skip
+#: CUpti_ActivityMemoryKind -> the `src_memory`/`dst_memory` value (static kinds folded).
+MEMORY_KIND: dict[int, str] = {
+    0: "pageable", 1: "pinned", 2: "device", 3: "array", 4: "managed",
+    5: "device", 6: "managed",
+}  # fmt: skip
+#: CUpti_ActivitySynchronizationType -> Kineto's cuda_sync event names.
+SYNC_NAME: dict[int, str] = {
+    1: "Event Sync", 2: "Stream Wait Event", 3: "Stream Sync", 4: "Context Sync",
+}  # fmt: skip
+#: ENUM_NSYS_EVENT_TYPE values of NVTX rows (stable since 2021; the 2021 export has no enum).
+NVTX_RANGES = (59, 60, 70, 71)  # NvtxPushPopRange, NvtxStartEndRange, and the NVTXT forms
+NVTX_MARKS = (34, 65)  # NvtxMark, NvtxtMark: instants, no duration
+NVTX_DOMAIN_CREATE = 75
+
+PID = "((t.globalPid >> 24) & 16777215)"  # globalPid packs the pid in bits 24..47
+TID_PID = "((t.globalTid >> 24) & 16777215)"  # globalTid: pid in bits 24..47, tid in 0..23
+TID = "(t.globalTid & 16777215)"
+
+_API_VERSION = re.compile(r"_v\d+$")
+
+Column = tuple[str, str, pl.DataType]  # name, SQL expression, dtype
+_I = pl.Int64()
+_S = pl.String()
+
+
+class NsysSqliteReader:
+    """Nsight Systems SQLite export, one file (all its processes and GPUs)."""
+
+    name: str = "nsys"
+    suffixes: tuple[str, ...] = (".sqlite", ".sqlite3", ".db")
+
+    def sniff(self, path: Path) -> bool:
+        """A file that starts with the SQLite magic bytes."""
+        try:
+            with path.open("rb") as fh:
+                return fh.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
+        except OSError:
+            return False
+
+    def read(self, path: Path) -> Timeline:
+        """Read one export into a validated Timeline (raises TraceFormatError if unusable)."""
+        con = sp.open_readonly(path)
+        try:
+            return _read(con, path).validate()
+        finally:
+            con.close()
+
+
+def session_start_utc_ns(path: Path) -> int | None:
+    """When the capture of an export started, in ns since the Unix epoch (None if unrecorded).
+
+    Event times are ns since this moment; TraceMeta has no field for it yet.
+    """
+    con = sp.open_readonly(path)
+    try:
+        return sp.session_start_utc_ns(con, sp.probe(con, path))
+    finally:
+        con.close()
+
+
+# ------------------------------------------------------------------------------ fetching
+
+
+def fetch(
+    con: sqlite3.Connection,
+    table: str,
+    columns: Sequence[Column],
+    *,
+    where: str = "",
+    joins: str = "",
+) -> pl.DataFrame:
+    """Read columns of `table` (aliased `t`) into a frame, one CSV blob per rowid range.
+
+    String columns are printed with `%Q` (SQL quoting: 'it''s'), which is CSV quoting with
+    `'` as the quote character, so names with commas, quotes or newlines survive.
+    """
+    schema = pl.Schema({name: dtype for name, _expr, dtype in columns})
+    fmt = ",".join("%Q" if dtype == _S else "%s" for _n, _e, dtype in columns)
+    args = ", ".join(
+        f"coalesce({expr}, '')" if dtype == _S else expr for _n, expr, dtype in columns
+    )
+    cond = f"AND ({where})" if where else ""
+    sql = (
+        f"SELECT CAST(group_concat(printf('{fmt}', {args}), char(10)) AS BLOB) "
+        f"FROM {table} AS t {joins} WHERE t.rowid >= ? AND t.rowid < ? {cond}"
+    )
+    lo, hi = con.execute(f"SELECT min(rowid), max(rowid) FROM {table}").fetchone()
+    parts = []
+    if lo is not None:
+        for start in range(lo, hi + 1, CHUNK_ROWS):
+            (blob,) = con.execute(sql, (start, start + CHUNK_ROWS)).fetchone()
+            if blob:
+                parts.append(pl.read_csv(blob, has_header=False, schema=schema, quote_char="'"))
+    return pl.concat(parts, rechunk=False) if parts else pl.DataFrame(schema=schema)
+
+
+def _names(
+    con: sqlite3.Connection, table: str, column: str, *, strip_version: bool = False
+) -> pl.Expr:
+    """`_name_id` -> its StringIds value, as a Categorical expression.
+
+    SQL joins the distinct ids of `table.column` to StringIds (a few hundred rows); the
+    events are then mapped in polars, with no per-row string made.
+    """
+    rows = con.execute(
+        f"SELECT s.id, s.value FROM StringIds s WHERE s.id IN (SELECT DISTINCT {column} "
+        f"FROM {table})"
+    ).fetchall()
+    ids = [int(i) for i, _v in rows]
+    # API names carry the version of their entry point (cudaLaunchKernel_v7000): drop it
+    texts = [_API_VERSION.sub("", str(v)) if strip_version else str(v) for _i, v in rows]
+    return pl.col("_name_id").replace_strict(
+        ids, texts, default=None, return_dtype=pl.Categorical()
+    )
+
+
+def _col(pr: sp.Probe, table: str, column: str, default: str = "NULL") -> str:
+    return f't."{column}"' if pr.has(table, column) else default
+
+
+def _gpu_columns(pr: sp.Probe, table: str) -> list[Column]:
+    return [
+        ("start_ns", "t.start", _I),
+        ("end_ns", 't."end"', _I),
+        ("device", _col(pr, table, "deviceId"), _I),
+        ("stream", _col(pr, table, "streamId"), _I),
+        ("correlation", _col(pr, table, "correlationId"), _I),
+        ("_pid", PID if pr.has(table, "globalPid") else "NULL", _I),
+    ]
+
+
+# ------------------------------------------------------------------------------- tables
+
+
+def _kernels(con: sqlite3.Connection, pr: sp.Probe) -> pl.DataFrame:
+    t = sp.KERNEL
+    name = "demangledName" if pr.has(t, "demangledName") else "shortName"
+    smem = f"{_col(pr, t, 'staticSharedMemory', '0')} + {_col(pr, t, 'dynamicSharedMemory', '0')}"
+    cols = [
+        *_gpu_columns(pr, t),
+        ("_name_id", f"t.{name}", _I),
+        ("registers", _col(pr, t, "registersPerThread"), _I),
+        *((c, _col(pr, t, c), _I) for c in ("gridX", "gridY", "gridZ")),
+        *((c, _col(pr, t, c), _I) for c in ("blockX", "blockY", "blockZ")),
+        ("shared_mem_bytes", smem, _I),
+    ]
+    return fetch(con, t, cols).with_columns(
+        kind=pl.lit("kernel", KIND),
+        name=_names(con, t, name),
+        grid=pl.concat_list("gridX", "gridY", "gridZ"),
+        block=pl.concat_list("blockX", "blockY", "blockZ"),
+    )
+
+
+def _memcpys(con: sqlite3.Connection, pr: sp.Probe) -> pl.DataFrame:
+    t = sp.MEMCPY
+    cols = [
+        *_gpu_columns(pr, t),
+        ("bytes", _col(pr, t, "bytes"), _I),
+        ("_copy", _col(pr, t, "copyKind"), _I),
+        ("_src", _col(pr, t, "srcKind"), _I),
+        ("_dst", _col(pr, t, "dstKind"), _I),
+    ]
+    raw = fetch(con, t, cols)
+    kind = pl.col("_copy").replace_strict(COPY_KIND, default=None, return_dtype=_S)
+    label = MEMORY_LABEL
+
+    def mem(c: str) -> pl.Expr:
+        return pl.col(c).replace_strict(label, default="Unknown", return_dtype=_S)
+
+    return raw.with_columns(
+        kind=pl.lit("memcpy", KIND),
+        name=pl.format("Memcpy {} ({} -> {})", kind.fill_null("Unknown"), mem("_src"), mem("_dst")),
+        copy_kind=kind,
+        src_memory=pl.col("_src").replace_strict(MEMORY_KIND, default=None, return_dtype=_S),
+        dst_memory=pl.col("_dst").replace_strict(MEMORY_KIND, default=None, return_dtype=_S),
+    )
+
+
+def _memsets(con: sqlite3.Connection, pr: sp.Probe) -> pl.DataFrame:
+    t = sp.MEMSET
+    cols = [*_gpu_columns(pr, t), ("bytes", _col(pr, t, "bytes"), _I),
+            ("_mem", _col(pr, t, "memKind"), _I)]  # fmt: skip
+    raw = fetch(con, t, cols)
+    mem = pl.col("_mem").replace_strict(MEMORY_LABEL, default="Unknown", return_dtype=_S)
+    return raw.with_columns(kind=pl.lit("memset", KIND), name=pl.format("Memset ({})", mem))
+
+
+def _syncs(con: sqlite3.Connection, pr: sp.Probe) -> pl.DataFrame:
+    t = sp.SYNC
+    raw = fetch(con, t, [*_gpu_columns(pr, t), ("_type", _col(pr, t, "syncType"), _I)])
+    invalid = [INVALID_ID, -1]
+    return raw.with_columns(
+        kind=pl.lit("sync", KIND),
+        name=pl.col("_type").replace_strict(SYNC_NAME, default="Unknown Sync", return_dtype=_S),
+        device=pl.when(pl.col("device").is_in(invalid)).then(None).otherwise("device"),
+        stream=pl.when(pl.col("stream").is_in(invalid)).then(None).otherwise("stream"),
+    )
+
+
+def _api_calls(con: sqlite3.Connection, pr: sp.Probe, table: str, kind: str) -> pl.DataFrame:
+    """CUDA runtime or driver API calls on host threads; names lose their `_v7000` suffix."""
+    cols = [
+        ("start_ns", "t.start", _I),
+        ("end_ns", 't."end"', _I),
+        ("_pid", TID_PID, _I),
+        ("tid", TID, _I),
+        ("correlation", _col(pr, table, "correlationId"), _I),
+        ("_name_id", "t.nameId", _I),
+    ]
+    return fetch(con, table, cols).with_columns(
+        kind=pl.lit(kind, KIND), name=_names(con, table, "nameId", strip_version=True), pid="_pid"
+    )
+
+
+def _nvtx(con: sqlite3.Connection, pr: sp.Probe, dropped: Counter[str]) -> pl.DataFrame:
+    """NVTX push/pop and start/end ranges as annotations; marks and open ranges are counted."""
+    t = sp.NVTX
+    text_id = pr.has(t, "textId")
+    text = "coalesce(t.text, s.value)" if text_id else "t.text"
+    joins = "LEFT JOIN StringIds s ON s.id = t.textId" if text_id else ""
+    for reason, types, extra in (
+        ("NVTX mark (no duration)", NVTX_MARKS, ""),
+        ("NVTX range with no end", NVTX_RANGES, ' AND "end" IS NULL'),
+    ):
+        (n,) = con.execute(f"SELECT count(*) FROM {t} WHERE eventType IN {types}{extra}").fetchone()
+        if n:
+            dropped[reason] += n
+    domain = _col(pr, t, "domainId", "0")
+    raw = fetch(
+        con,
+        t,
+        [
+            ("start_ns", "t.start", _I),
+            ("end_ns", 't."end"', _I),
+            ("_pid", TID_PID, _I),
+            ("tid", TID, _I),
+            ("_domain_id", domain, _I),
+            ("name", text, _S),
+        ],
+        where=f't.eventType IN {NVTX_RANGES} AND t."end" IS NOT NULL',
+        joins=joins,
+    )
+    domains = pl.DataFrame(
+        con.execute(
+            f"SELECT DISTINCT {TID_PID}, {domain.removeprefix('t.')}, {text} FROM {t} AS t "
+            f"{joins} WHERE t.eventType = {NVTX_DOMAIN_CREATE}"
+        ).fetchall(),
+        schema={"_pid": _I, "_domain_id": _I, "domain": _S},
+        orient="row",
+    ).unique(["_pid", "_domain_id"], keep="first")
+    return raw.join(domains, on=["_pid", "_domain_id"], how="left").with_columns(
+        kind=pl.lit("annotation", KIND), pid="_pid"
+    )
+
+
+# ------------------------------------------------------------------------------ assembly
+
+
+def _finish(frame: pl.DataFrame, ranks: dict[int, int], dropped: Counter[str]) -> pl.DataFrame:
+    """Give one table's rows their rank (from their process) and conform them to the schema.
+
+    Rows of a process that drives no GPU, and rows that end before they start, are dropped
+    and counted.
+    """
+    pid, on_gpu = pl.col("_pid"), pl.col("kind").is_in(["kernel", "memcpy", "memset"])
+    known = pid.is_in(list(ranks)).fill_null(False)
+    bad = pl.col("end_ns") < pl.col("start_ns")
+    lost_gpu, lost_host, negative = frame.select(
+        gpu=(~known & on_gpu).sum(), host=(~known & ~on_gpu).sum(), bad=(known & bad).sum()
+    ).row(0)
+    for reason, n in (
+        ("GPU events with no process", lost_gpu),
+        ("host events of processes with no GPU work", lost_host),
+        ("negative duration", negative),
+    ):
+        if n:
+            dropped[reason] += n
+    if lost_gpu or lost_host or negative:
+        frame = frame.filter(known & ~bad)
+    rank = pid.replace_strict(list(ranks), list(ranks.values()), return_dtype=pl.Int32())
+    return frame.select(
+        *(
+            (rank if name == "rank" else pl.col(name) if name in frame.columns else pl.lit(None))
+            .cast(dtype)
+            .alias(name)
+            for name, dtype in EVENT_SCHEMA.items()
+        )
+    )
+
+
+def _read(con: sqlite3.Connection, path: Path) -> Timeline:
+    pr = sp.probe(con, path)
+    meta_kv = sp.export_meta(con, pr)
+    notes: list[str] = []
+    dropped: Counter[str] = Counter()
+    procs = sp.gpu_processes(con, pr)
+    if not procs:
+        raise NoGpuEventsError(
+            "the export holds no CUDA kernels: was CUDA tracing enabled?",
+            path=path,
+            hint="its kernel, memcpy and memset tables are empty; profile with "
+            "`nsys profile --trace=cuda,nvtx ...` and export again",
+        )
+    ranks, rank_source, rank_notes = sp.assign_ranks(con, pr, procs)
+    notes += rank_notes
+    gpu = [_kernels(con, pr)]
+    gpu += [f(con, pr) for t, f in ((sp.MEMCPY, _memcpys), (sp.MEMSET, _memsets)) if pr.has(t)]
+    host = [_syncs(con, pr)] if pr.has(sp.SYNC) else []
+    host += [
+        _api_calls(con, pr, t, kind)
+        for t, kind in ((sp.RUNTIME, "runtime"), (sp.DRIVER, "driver"))
+        if pr.has(t, "nameId")
+    ]
+    if pr.has(sp.NVTX, "eventType"):
+        host.append(_nvtx(con, pr, dropped))
+    if len(procs) == 1:  # a GPU row with no globalPid can only be the one process's
+        gpu = [f.with_columns(pl.col("_pid").fill_null(procs[0].pid)) for f in gpu]
+    ranked = pl.concat(
+        [_finish(f, ranks, dropped) for f in gpu + host], how="vertical", rechunk=False
+    )
+    used = (
+        ranked.filter(pl.col("kind").is_in(["kernel", "memcpy", "memset"]))
+        .select("rank", "device")
+        .unique()
+        .sort("rank", "device")
+    )
+    pid_of = {r: p for p, r in ranks.items()}
+    devices = sp.device_infos(con, pr, [(r, pid_of[r], d) for r, d in used.iter_rows()])
+    version = meta_kv.get("EXPORT_PRODUCT_VERSION")
+    # ranks numbered by order are exactly this file's processes; others may be a part of a job
+    world = len(ranks) if rank_source == "pid order" else None
+    if not meta_kv:
+        notes.append("no export metadata table: an nsys 2021 (or older) export")
+    meta = TraceMeta(
+        path=str(path),
+        format="nsys-sqlite",
+        producer="Nsight Systems",
+        producer_version=version,
+        ranks=tuple(
+            RankInfo(rank=r, rank_source=rank_source, path=str(path), world_size=world)
+            for r in sorted(ranks.values())
+        ),
+        devices=tuple(devices),
+        quality=DataQuality(dropped=dict(dropped), notes=tuple(notes)),
+    )
+    return Timeline(events=ranked, meta=meta)

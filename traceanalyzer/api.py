@@ -6,6 +6,7 @@ from pathlib import Path
 
 from traceanalyzer import __version__
 from traceanalyzer.analyses import DEFAULT_TOP_KERNELS, Metrics, analyze
+from traceanalyzer.analyses.idle import LAUNCH_GAP_MAX_NS
 from traceanalyzer.model import Timeline
 from traceanalyzer.readers import read
 from traceanalyzer.render import pick, write_report
@@ -18,11 +19,16 @@ def load(path: str | Path) -> Timeline:
 
 
 def report(
-    path: str | Path, top_n: int = DEFAULT_TOP_KERNELS, step_pattern: str | None = None
+    path: str | Path,
+    top_n: int = DEFAULT_TOP_KERNELS,
+    step_pattern: str | None = None,
+    launch_gap_max_ns: int = LAUNCH_GAP_MAX_NS,
 ) -> Report:
     """Load, analyze and build the report of one trace."""
     timeline = load(path)
-    metrics: Metrics = analyze(timeline, top_n=top_n, step_pattern=step_pattern)
+    metrics: Metrics = analyze(
+        timeline, top_n=top_n, step_pattern=step_pattern, launch_gap_max_ns=launch_gap_max_ns
+    )
     return build_report(timeline.meta, metrics, tool_version=__version__)
 
 

@@ -42,6 +42,15 @@ def cli() -> None:
     help="Host ranges that mark steps (default: ProfilerStep#N; for Nsight, NVTX step_N, "
     "iteration N, train_step...).",
 )
+@click.option(
+    "--launch-gap",
+    "launch_gap_us",
+    default=50.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Idle gaps up to this many µs, ended by a launch issued during the gap, count as "
+    "launch overhead (longer ones as host wait).",
+)
 @click.option("--debug", is_flag=True, help="Show tracebacks for input errors.")
 def report(
     trace: str,
@@ -49,11 +58,22 @@ def report(
     output: str | None,
     top: int,
     step_pattern: str | None,
+    launch_gap_us: float,
     debug: bool,
 ) -> None:
-    """Report where GPU time went in TRACE (a .json/.json.gz trace, or a folder of ranks)."""
+    """Report where GPU time went in TRACE: a torch.profiler trace (.json, .json.gz), a folder
+    of per-rank traces, or an Nsight Systems SQLite export."""
     _run(
-        lambda: api.write(api.report(trace, top_n=top, step_pattern=step_pattern), fmt, output),
+        lambda: api.write(
+            api.report(
+                trace,
+                top_n=top,
+                step_pattern=step_pattern,
+                launch_gap_max_ns=round(launch_gap_us * 1000),
+            ),
+            fmt,
+            output,
+        ),
         debug,
     )
 

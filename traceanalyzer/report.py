@@ -6,7 +6,8 @@ JSON format versions (`FORMAT_VERSION`):
   top), critical_path (empty until that analysis exists), diagnoses, data_quality.
   Devices carry idle_by_cause, comm/overlap fields and tensor_core (contract); beyond the
   contract: steps carry kernel_count and idle_by_cause, kernels carry classes,
-  launch_size_histogram and small_kernels, and the sections idle, communication and copies.
+  launch_size_histogram and small_kernels, and the sections idle, communication, copies and
+  memory_bandwidth.
 """
 
 from __future__ import annotations
@@ -143,6 +144,7 @@ class Report:
     idle: IdleDict
     communication: CommDict
     copies: list[dict[str, Any]]
+    bandwidth: list[dict[str, Any]]
     quality: QualityDict
     tool_version: str
 
@@ -160,6 +162,7 @@ class Report:
             "idle": self.idle,
             "communication": self.communication,
             "copies": self.copies,
+            "memory_bandwidth": self.bandwidth,
             "critical_path": [],
             "diagnoses": [],
             "data_quality": self.quality,
@@ -167,6 +170,7 @@ class Report:
 
 
 LONGEST_GAPS = 10
+TOP_BANDWIDTH_OPS = 15
 
 
 def _rows(frame: pl.DataFrame) -> list[dict[str, Any]]:
@@ -294,6 +298,7 @@ def build_report(meta: TraceMeta, metrics: Metrics, tool_version: str) -> Report
             "slowest_rank": metrics.slowest_rank,
         },
         copies=_rows(metrics.copies),
+        bandwidth=_rows(metrics.bandwidth.head(TOP_BANDWIDTH_OPS)),
         quality={
             "truncated": q.truncated,
             "truncated_files": list(q.truncated_files),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceanalyzer.analyses import (
+    bandwidth,
     classify,
     copies,
     devices,
@@ -106,6 +107,7 @@ def analyze(
         sync_sites=idle.sync_sites_summary(sites, steps_per_rank),
         syncs_per_step=idle.syncs_per_step(sites),
         slowest_rank=slowest,
+        bandwidth=bandwidth.memory_bound_bandwidth(timeline, in_windows, timeline.meta.devices),
     )
 
 

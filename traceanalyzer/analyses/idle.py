@@ -235,8 +235,9 @@ def sync_sites(
     Python stacks), start_ns, idle_ns (the idle of `sync` gaps during this call).
     """
     calls = syncs.filter(pl.col("pid").is_not_null()).with_row_index("_call")
-    events = timeline.events.lazy()
     thread = ["rank", "pid", "tid"]
+    # only the threads that made sync calls matter
+    events = timeline.events.lazy().join(calls.select(thread).unique(), on=thread, how="semi")
     # outermost operator: the top-level CPU op (not inside another op on its thread) around it
     ops = (
         events.filter(pl.col("kind") == Kind.CPU_OP.value)

@@ -31,6 +31,8 @@ class Metrics:
     - `rank_waits`: rank, collectives, comm_ns, wait_ns (empty for a single rank).
     - `sync_sites`: rank, name, op, site, count, steps, per_step, idle_ns;
       `syncs_per_step`: rank, step, count; `slowest_rank`: the rank others wait for.
+    - `bandwidth`: rank, device, op_name, ops, kernel_ns, bytes, gbps, peak_gbps,
+      share_of_peak: memory-bound operators' achieved bandwidth (where shapes are recorded).
     - `copies`: rank, device, copy_kind, src_memory, dst_memory, count, bytes, time_ns, gbps.
     """
 
@@ -56,3 +58,4 @@ class Metrics:
     sync_sites: pl.DataFrame
     syncs_per_step: pl.DataFrame
     slowest_rank: int | None
+    bandwidth: pl.DataFrame

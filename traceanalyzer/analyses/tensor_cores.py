@@ -245,9 +245,14 @@ def dtype_verdict(input_types: pl.Expr) -> pl.Expr:
     )
 
 
-def _launching_ops(events: pl.LazyFrame) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+def _launching_ops(
+    events: pl.LazyFrame, kernels: pl.LazyFrame | None = None
+) -> tuple[pl.LazyFrame, pl.LazyFrame]:
     """The two link tables: (rank, correlation) → launch_external_id, launch_ns; and
-    (rank, op_external_id) → op_name, op_dtype, op_start_ns, op_end_ns."""
+    (rank, op_external_id) → op_name, op_dtype, op_start_ns, op_end_ns.
+
+    With `kernels` (rank, correlation[, external_id]), only the operators those kernels can
+    link to are prepared: a trace has many more operators than kernels."""
     launches = (
         events.filter(
             pl.col("kind").is_in([Kind.RUNTIME.value, Kind.DRIVER.value])
@@ -262,9 +267,20 @@ def _launching_ops(events: pl.LazyFrame) -> tuple[pl.LazyFrame, pl.LazyFrame]:
     )
     # Kineto gives each operator its own external id; where a producer repeats one, the
     # latest-starting (innermost) operator is the one that launched.
+    candidates = events.filter(
+        (pl.col("kind") == Kind.CPU_OP.value) & pl.col("external_id").is_not_null()
+    )
+    if kernels is not None:
+        wanted = kernels.join(launches, on=["rank", "correlation"], how="left").select(
+            "rank", external_id=pl.col("launch_external_id")
+        )
+        if "external_id" in kernels.collect_schema().names():
+            wanted = pl.concat([wanted, kernels.select("rank", "external_id")])
+        candidates = candidates.join(
+            wanted.drop_nulls().unique(), on=["rank", "external_id"], how="semi"
+        )
     ops = (
-        events.filter((pl.col("kind") == Kind.CPU_OP.value) & pl.col("external_id").is_not_null())
-        .sort("start_ns")
+        candidates.sort("start_ns")
         .group_by("rank", "external_id")
         .agg(
             op_name=pl.col("name").last().cast(pl.String),
@@ -294,7 +310,7 @@ def add_verdicts(kernels: pl.LazyFrame, timeline: Timeline) -> pl.LazyFrame:
     external id, which could otherwise hit an unrelated operator). Name rules run once per
     distinct name.
     """
-    launches, ops = _launching_ops(timeline.events.lazy())
+    launches, ops = _launching_ops(timeline.events.lazy(), kernels)
     link = pl.col("launch_external_id")
     if "external_id" in kernels.collect_schema().names():
         link = pl.coalesce(link, pl.col("external_id"))

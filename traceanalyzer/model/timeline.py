@@ -53,14 +53,13 @@ class Timeline:
                 pl.col("kind").is_in([Kind.RUNTIME.value, Kind.DRIVER.value])
                 & pl.col("correlation").is_not_null()
             )
-            .sort("start_ns")
             .group_by("rank", "correlation")
             .agg(
-                launch_name=pl.col("name").first(),
-                launch_start_ns=pl.col("start_ns").first(),
-                launch_end_ns=pl.col("end_ns").first(),
-                pid=pl.col("pid").first(),
-                tid=pl.col("tid").first(),
+                launch_name=pl.col("name").get(pl.col("start_ns").arg_min()),
+                launch_start_ns=pl.col("start_ns").min(),
+                launch_end_ns=pl.col("end_ns").get(pl.col("start_ns").arg_min()),
+                pid=pl.col("pid").get(pl.col("start_ns").arg_min()),
+                tid=pl.col("tid").get(pl.col("start_ns").arg_min()),
             )
         )
 

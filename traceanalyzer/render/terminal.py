@@ -86,6 +86,7 @@ def _lines(r: Report) -> list[str]:
                 + _cause_text(s["idle_by_cause"])
             )
     lines += _copy_lines(r)
+    lines += _bandwidth_lines(r)
     q = r.quality
     if q["truncated"] or q["dropped_events"] or q["notes"]:
         lines += ["", "Data quality"]
@@ -165,6 +166,19 @@ def _tensor_core_lines(r: Report) -> list[str]:
             f"  {d['rank']:>4} {d['device']:>3}  {duration(t['gemm_ns']):>10}"
             f" {duration(t['tc_ns']):>10} {duration(t['unknown_ns']):>10}"
             f" {percent(t['share_of_gemm']):>8} {percent(t['share_of_kernel']):>10}"
+        )
+    return lines
+
+
+def _bandwidth_lines(r: Report) -> list[str]:
+    if not r.bandwidth:
+        return []
+    lines = ["", "Memory-bound operators (bytes estimated from recorded shapes)"]
+    lines.append(f"  {'kernel time':>11} {'GB/s':>8} {'of peak':>8}  operator")
+    for b in r.bandwidth[:8]:
+        lines.append(
+            f"  {duration(b['kernel_ns']):>11} {b['gbps']:>8.0f} {percent(b['share_of_peak']):>8}"
+            f"  {printable(b['op_name'], 60)} ({b['ops']} calls, rank {b['rank']})"
         )
     return lines
 

@@ -1,0 +1,196 @@
+"""Achieved memory bandwidth of memory-bound kernels, against the GPU's peak.
+
+Where the trace records the launching operator's input shapes and dtypes
+(`record_shapes=True`), the bytes an operator moves are estimated from them: every tensor
+input is read once, and the output is written once and taken to be as large as the largest
+input (elementwise, normalisation, softmax and casts; `copy_` reads its source and writes its
+destination, which are both inputs). Scalars and non-tensor arguments move nothing. An
+operator near 100 % of the peak is at the memory wall: only fusion (fewer passes over
+memory) makes it faster. Shares above 100 % mean the data came from the L2 cache, not from
+DRAM (tensors smaller than L2, re-read right after being written).
+
+Achieved bandwidth = estimated bytes / time of the memory-bound and copy/cast kernels the
+operator launched. Peaks come from a table of known GPUs, matched on the device name the trace
+records (decimal GB/s, HBM or GDDR, dense).
+"""
+
+from __future__ import annotations
+
+import re
+
+import polars as pl
+
+from traceanalyzer.analyses.windows import DEVICE_KEY
+from traceanalyzer.model import DeviceInfo, Kind, Timeline
+
+#: (device-name pattern, peak memory bandwidth in GB/s); first match wins.
+PEAK_BANDWIDTH_GBPS: tuple[tuple[str, float], ...] = (
+    (r"B200", 8000.0),
+    (r"B100", 8000.0),
+    (r"GH200|H200", 4800.0),
+    (r"H100.*PCIe", 2000.0),
+    (r"H100 NVL", 3900.0),
+    (r"H100|H800", 3350.0),
+    (r"A100.*80GB", 2039.0),
+    (r"A100|A800", 1555.0),
+    (r"V100", 900.0),
+    (r"A40\b", 696.0),
+    (r"A10\b", 600.0),
+    (r"L40S?\b", 864.0),
+    (r"L4\b", 300.0),
+    (r"T4\b", 320.0),
+    (r"RTX 2080 Ti", 616.0),
+    (r"RTX 3090", 936.0),
+    (r"RTX 3080", 760.0),
+    (r"RTX 3060", 360.0),
+    (r"RTX 4090", 1008.0),
+    (r"MI300X", 5300.0),
+    (r"MI250", 3277.0),
+)
+
+#: Bytes per element of the dtypes torch records in `Input type`.
+DTYPE_BYTES: dict[str, int] = {
+    "float": 4,
+    "double": 8,
+    "c10::Half": 2,
+    "c10::BFloat16": 2,
+    "long int": 8,
+    "int": 4,
+    "short int": 2,
+    "signed char": 1,
+    "unsigned char": 1,
+    "bool": 1,
+    "c10::Float8_e4m3fn": 1,
+    "c10::Float8_e5m2": 1,
+    "c10::complex<float>": 8,
+    "c10::complex<double>": 16,
+}
+
+_BANDWIDTH_CLASSES = ["memory_bound", "copy_cast"]
+
+
+def peak_bandwidth_gbps(device_name: str | None) -> float | None:
+    """The peak memory bandwidth of a known GPU, by its name; None when unknown."""
+    if not device_name:
+        return None
+    for pattern, gbps in PEAK_BANDWIDTH_GBPS:
+        if re.search(pattern, device_name):
+            return gbps
+    return None
+
+
+def operator_bytes(timeline: Timeline, wanted: pl.LazyFrame | None = None) -> pl.LazyFrame:
+    """rank, external_id, op_name, op_start, op_end, bytes: the estimated traffic of each CPU
+    operator whose shapes and dtypes were recorded (only those in `wanted`, rank and
+    external_id, when given)."""
+    candidates = timeline.events.lazy()
+    if wanted is not None:
+        candidates = candidates.join(wanted, on=["rank", "external_id"], how="semi")
+    ops = (
+        candidates.filter(
+            (pl.col("kind") == Kind.CPU_OP.value)
+            & pl.col("input_dims").is_not_null()
+            & pl.col("external_id").is_not_null()
+        )
+        # one list of sizes per input; tensor-list inputs nest deeper and are left out
+        .filter(~pl.col("input_dims").str.slice(1).str.contains(r"\[\s*\["))
+        .select(
+            "rank",
+            "external_id",
+            op_start="start_ns",
+            op_end="end_ns",
+            op_name=pl.col("name").cast(pl.String),
+            dims=pl.col("input_dims").str.json_decode(pl.List(pl.List(pl.Int64))),
+            types=pl.col("input_types").str.json_decode(pl.List(pl.String)),
+        )
+        .filter(pl.col("dims").list.len() == pl.col("types").list.len())
+        .filter(pl.col("dims").list.len() > 0)
+        .with_row_index("_op")
+    )
+    size = pl.col("types").replace_strict(DTYPE_BYTES, default=None, return_dtype=pl.Int64)
+    inputs = (
+        ops.select("_op", "dims", "types")
+        .explode("dims", "types")
+        .with_columns(nbytes=pl.col("dims").list.eval(pl.element().product()).list.first() * size)
+        .group_by("_op")
+        .agg(read=pl.col("nbytes").sum(), largest=pl.col("nbytes").max())
+    )
+    is_copy = pl.col("op_name").str.contains(r"^aten::copy_$")
+    return (
+        ops.join(inputs, on="_op")
+        .filter(pl.col("read") > 0)
+        .select(
+            "rank",
+            "external_id",
+            "op_name",
+            "op_start",
+            "op_end",
+            bytes=pl.when(is_copy)
+            .then(pl.col("read"))
+            .otherwise(pl.col("read") + pl.col("largest")),
+        )
+    )
+
+
+def memory_bound_bandwidth(
+    timeline: Timeline, kernels: pl.DataFrame, devices: tuple[DeviceInfo, ...]
+) -> pl.DataFrame:
+    """Per (rank, device, op_name), for memory-bound and copy/cast kernels whose operator's
+    traffic is known: ops (operator calls), kernel_ns, bytes, gbps, peak_gbps, share_of_peak
+    (null where the GPU is unknown). Most kernel time first.
+
+    `kernels`: kernels inside the windows with kernel_class and clipped_ns.
+    """
+    launches = (
+        timeline.events.lazy()
+        .filter(
+            pl.col("kind").is_in([Kind.RUNTIME.value, Kind.DRIVER.value])
+            & pl.col("correlation").is_not_null()
+            & pl.col("external_id").is_not_null()
+        )
+        .group_by("rank", "correlation")
+        .agg(op_link=pl.col("external_id").first(), launch_ns=pl.col("start_ns").min())
+    )
+    # a link counts only where the launch started inside the operator: some producers
+    # write the correlation id as the launch's external id, which would hit unrelated ops
+    linked = (
+        kernels.lazy()
+        .filter(pl.col("kernel_class").cast(pl.String).is_in(_BANDWIDTH_CLASSES))
+        .select(*DEVICE_KEY, "correlation", "clipped_ns")
+        .join(launches, on=["rank", "correlation"])
+        .collect()
+        .lazy()
+    )
+    wanted = linked.select("rank", external_id="op_link").unique()
+    per_op = (
+        linked.join(
+            operator_bytes(timeline, wanted),
+            left_on=["rank", "op_link"],
+            right_on=["rank", "external_id"],
+        )
+        .filter(pl.col("launch_ns").is_between(pl.col("op_start"), pl.col("op_end")))
+        .group_by(*DEVICE_KEY, "op_link", "op_name", "bytes")
+        .agg(kernel_ns=pl.col("clipped_ns").sum())
+    )
+    peaks = pl.DataFrame(
+        {
+            "rank": [d.rank for d in devices],
+            "device": [d.device for d in devices],
+            "peak_gbps": [peak_bandwidth_gbps(d.name) for d in devices],
+        },
+        schema={"rank": pl.Int32, "device": pl.Int32, "peak_gbps": pl.Float64},
+    ).unique(subset=DEVICE_KEY)
+    return (
+        per_op.group_by(*DEVICE_KEY, "op_name")
+        .agg(
+            ops=pl.len().cast(pl.Int64),
+            kernel_ns=pl.col("kernel_ns").sum(),
+            bytes=pl.col("bytes").sum(),
+        )
+        .filter(pl.col("kernel_ns") > 0)
+        .with_columns(gbps=pl.col("bytes") / pl.col("kernel_ns"))
+        .join(peaks.lazy(), on=DEVICE_KEY, how="left")
+        .with_columns(share_of_peak=pl.col("gbps") / pl.col("peak_gbps"))
+        .sort("kernel_ns", descending=True)
+        .collect()
+    )

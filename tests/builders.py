@@ -1,4 +1,7 @@
-"""Builders for tiny hand-written traces: events as dicts, files in Kineto's own layout."""
+"""Builders for tiny hand-written traces: events as dicts, files in Kineto's own layout.
+
+The event builders live in the package (rules carry example traces built with them).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +9,19 @@ import gzip as gz
 import json
 from pathlib import Path
 from typing import Any
+
+from traceanalyzer.rules.examples import cpu_op, gpu_op, kernel, launch, py_frame, step
+
+__all__ = [
+    "cpu_op",
+    "gpu_op",
+    "kernel",
+    "kineto_bytes",
+    "launch",
+    "py_frame",
+    "step",
+    "write_trace",
+]
 
 HEADER: dict[str, Any] = {
     "schemaVersion": 1,
@@ -20,99 +36,6 @@ HEADER: dict[str, Any] = {
         }
     ],
 }
-
-
-def kernel(
-    ts: float,
-    dur: float,
-    name: str = "k",
-    *,
-    device: int = 0,
-    stream: int = 7,
-    corr: int | None = None,
-    **args: Any,
-) -> dict[str, Any]:
-    """A kernel event (times in µs, as Kineto writes them)."""
-    a: dict[str, Any] = {"device": device, "stream": stream, **args}
-    if corr is not None:
-        a["correlation"] = corr
-    return {
-        "ph": "X",
-        "cat": "kernel",
-        "name": name,
-        "pid": device,
-        "tid": stream,
-        "ts": ts,
-        "dur": dur,
-        "args": a,
-    }
-
-
-def gpu_op(
-    cat: str,
-    ts: float,
-    dur: float,
-    name: str,
-    *,
-    device: int = 0,
-    stream: int = 7,
-    corr: int | None = None,
-    **args: Any,
-) -> dict[str, Any]:
-    """A memcpy/memset (cat gpu_memcpy / gpu_memset)."""
-    ev = kernel(ts, dur, name, device=device, stream=stream, corr=corr, **args)
-    ev["cat"] = cat
-    return ev
-
-
-def launch(
-    ts: float,
-    dur: float,
-    corr: int,
-    name: str = "cudaLaunchKernel",
-    *,
-    pid: int = 100,
-    tid: int = 100,
-) -> dict[str, Any]:
-    """A runtime launch on the host."""
-    return {
-        "ph": "X",
-        "cat": "cuda_runtime",
-        "name": name,
-        "pid": pid,
-        "tid": tid,
-        "ts": ts,
-        "dur": dur,
-        "args": {"correlation": corr, "External id": corr},
-    }
-
-
-def step(n: int, ts: float, dur: float, *, pid: int = 100, tid: int = 100) -> dict[str, Any]:
-    """A `ProfilerStep#n` annotation on the host."""
-    return {
-        "ph": "X",
-        "cat": "user_annotation",
-        "name": f"ProfilerStep#{n}",
-        "pid": pid,
-        "tid": tid,
-        "ts": ts,
-        "dur": dur,
-        "args": {"External id": 90000 + n},
-    }
-
-
-def cpu_op(ts: float, dur: float, name: str = "aten::mm", **args: Any) -> dict[str, Any]:
-    """A CPU operator."""
-    return {
-        "ph": "X",
-        "cat": "cpu_op",
-        "name": name,
-        "pid": 100,
-        "tid": 100,
-        "ts": ts,
-        "dur": dur,
-        "args": args,
-    }
 
 
 def kineto_bytes(

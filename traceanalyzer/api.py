@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import polars as pl
+
 from traceanalyzer import __version__
 from traceanalyzer.analyses import DEFAULT_TOP_KERNELS, Metrics, analyze
+from traceanalyzer.analyses.critical_path import PATH_KINDS, per_rank
 from traceanalyzer.analyses.idle import LAUNCH_GAP_MAX_NS
+from traceanalyzer.config import Settings
 from traceanalyzer.model import Timeline
 from traceanalyzer.readers import read
 from traceanalyzer.render import pick, write_report
 from traceanalyzer.report import Report, build_report
+from traceanalyzer.rules import Context, Severity, run_rules
 
 
 def load(path: str | Path) -> Timeline:
@@ -23,13 +28,52 @@ def report(
     top_n: int = DEFAULT_TOP_KERNELS,
     step_pattern: str | None = None,
     launch_gap_max_ns: int = LAUNCH_GAP_MAX_NS,
+    settings: Settings | None = None,
 ) -> Report:
-    """Load, analyze and build the report of one trace."""
+    """Load, analyze, diagnose and build the report of one trace."""
     timeline = load(path)
     metrics: Metrics = analyze(
         timeline, top_n=top_n, step_pattern=step_pattern, launch_gap_max_ns=launch_gap_max_ns
     )
-    return build_report(timeline.meta, metrics, tool_version=__version__)
+    ctx = context(metrics, timeline)
+    findings = run_rules(ctx, settings or Settings())
+    paths = per_rank(metrics.critical_steps)
+    return build_report(
+        timeline.meta,
+        metrics,
+        tool_version=__version__,
+        findings=findings,
+        critical_path=[
+            {
+                "rank": r["rank"],
+                "steps": r["steps"],
+                "step_ns": r["step_ns"],
+                "path_ns": r["path_ns"],
+                "by_kind": {k: r[f"{k}_ns"] for k in PATH_KINDS},
+            }
+            for r in paths.iter_rows(named=True)
+        ],
+    )
+
+
+def context(metrics: Metrics, timeline: Timeline) -> Context:
+    """What the rules read: metrics, meta, and the mean saving per step of each what-if."""
+    saved = metrics.what_if.group_by("rank", "scenario").agg(pl.col("saved_ns").mean())
+    steps = metrics.critical_steps.group_by("rank").agg(pl.col("step_ns").mean())
+    return Context(
+        metrics=metrics,
+        meta=timeline.meta,
+        what_if={(r, s): round(v) for r, s, v in saved.iter_rows()},
+        step_ns={r: round(v) for r, v in steps.iter_rows()},
+    )
+
+
+def gate(rep: Report, settings: Settings) -> bool:
+    """True when a finding is at or above the `fail_on` severity (the CI gate trips)."""
+    if settings.fail_on is None:
+        return False
+    floor = Severity(settings.fail_on).rank
+    return any(f.severity.rank >= floor for f in rep.findings)
 
 
 def write(rep: Report, fmt: str | None = None, out: str | None = None) -> None:
@@ -37,4 +81,4 @@ def write(rep: Report, fmt: str | None = None, out: str | None = None) -> None:
     write_report(rep, pick(fmt, out), out)
 
 
-__all__ = ["analyze", "build_report", "load", "report", "write"]
+__all__ = ["analyze", "build_report", "gate", "load", "report", "write"]

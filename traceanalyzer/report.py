@@ -21,6 +21,7 @@ from traceanalyzer.analyses.idle import CAUSES
 from traceanalyzer.analyses.kernels import SMALL_KERNEL_NS
 from traceanalyzer.analyses.metrics import Metrics
 from traceanalyzer.model import TraceMeta
+from traceanalyzer.rules.base import Finding
 
 FORMAT_VERSION = 1
 
@@ -147,6 +148,8 @@ class Report:
     bandwidth: list[dict[str, Any]]
     quality: QualityDict
     tool_version: str
+    findings: tuple[Finding, ...] = ()
+    critical_path: tuple[dict[str, Any], ...] = ()
 
     def to_json_dict(self) -> dict[str, Any]:
         """The contract's JSON object (keys in a stable order)."""
@@ -163,8 +166,8 @@ class Report:
             "communication": self.communication,
             "copies": self.copies,
             "memory_bandwidth": self.bandwidth,
-            "critical_path": [],
-            "diagnoses": [],
+            "critical_path": list(self.critical_path),
+            "diagnoses": [f.to_json() for f in self.findings],
             "data_quality": self.quality,
         }
 
@@ -181,8 +184,14 @@ def _causes(row: dict[str, Any]) -> dict[str, int]:
     return {c: int(row[f"{c}_ns"] or 0) for c in CAUSES}
 
 
-def build_report(meta: TraceMeta, metrics: Metrics, tool_version: str) -> Report:
-    """Assemble the report from the trace's meta and the analyses' results."""
+def build_report(
+    meta: TraceMeta,
+    metrics: Metrics,
+    tool_version: str,
+    findings: list[Finding] | None = None,
+    critical_path: list[dict[str, Any]] | None = None,
+) -> Report:
+    """Assemble the report from the trace's meta, the analyses' results and the findings."""
     names = {(d.rank, d.device): d.name for d in meta.devices}
     devices: list[DeviceDict] = [
         {
@@ -306,4 +315,6 @@ def build_report(meta: TraceMeta, metrics: Metrics, tool_version: str) -> Report
             "notes": list(q.notes),
         },
         tool_version=tool_version,
+        findings=tuple(findings or ()),
+        critical_path=tuple(critical_path or ()),
     )

@@ -8,10 +8,12 @@ from traceanalyzer.analyses import (
     bandwidth,
     classify,
     copies,
+    critical_path,
     devices,
     idle,
     kernels,
     overlap,
+    shapes,
     tensor_cores,
     windows,
 )
@@ -71,17 +73,20 @@ def analyze(
             copies.memcpy_summary(work, wins.lazy()),
         ]
     )
+    between = idle.host_wait_between_steps(gaps.lazy(), steps.lazy()).collect()
     dev = (
         dev.join(by_cause, on=windows.DEVICE_KEY, how="left")
+        .join(between, on=windows.DEVICE_KEY, how="left")
         .join(overlap_rows, on=windows.DEVICE_KEY, how="left")
         .join(tc, on=windows.DEVICE_KEY, how="left")
         .with_columns(pl.col(f"{c}_ns" for c in idle.CAUSES).fill_null(0))
-        .with_columns(pl.col("gap_count").fill_null(0))
+        .with_columns(pl.col("gap_count", "host_wait_between_steps_ns").fill_null(0))
     )
     step_rows = step_rows.join(
         step_idle, on=[*windows.DEVICE_KEY, "step"], how="left"
     ).with_columns(pl.col(f"{c}_ns" for c in idle.CAUSES).fill_null(0))
     small = kernels.small_kernels(in_windows)
+    paths = critical_path.critical_paths(timeline, markers.collect(), syncs.collect())
     steps_per_rank = markers.group_by("rank").agg(steps=pl.len().cast(pl.Int64)).collect()
     slowest = int(imbalance.sort("wait_ns", "rank")["rank"][0]) if imbalance.height > 1 else None
     return Metrics(
@@ -108,6 +113,9 @@ def analyze(
         syncs_per_step=idle.syncs_per_step(sites),
         slowest_rank=slowest,
         bandwidth=bandwidth.memory_bound_bandwidth(timeline, in_windows, timeline.meta.devices),
+        matmul_shapes=shapes.matmul_shapes(timeline, in_windows),
+        critical_steps=paths.steps,
+        what_if=paths.what_if,
     )
 
 

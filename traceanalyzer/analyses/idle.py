@@ -366,3 +366,15 @@ def syncs_per_step(calls: pl.DataFrame) -> pl.DataFrame:
         .sort("rank", "step")
         .collect()
     )
+
+
+def host_wait_between_steps(gaps: pl.LazyFrame, steps: pl.LazyFrame) -> pl.LazyFrame:
+    """rank, device, host_wait_between_steps_ns: host-wait idle in the gaps that end at a
+    step's first GPU operation (the GPU waiting for the next step: input pipeline, logging,
+    checkpointing), as opposed to waits inside a step (CPU-side work between launches)."""
+    firsts = steps.select(*DEVICE_KEY, end_ns="first_ns")
+    return (
+        gaps.join(firsts, on=[*DEVICE_KEY, "end_ns"], how="semi")
+        .group_by(DEVICE_KEY)
+        .agg(host_wait_between_steps_ns=pl.col("host_wait_ns").sum())
+    )

@@ -33,6 +33,11 @@ class Metrics:
       `syncs_per_step`: rank, step, count; `slowest_rank`: the rank others wait for.
     - `bandwidth`: rank, device, op_name, ops, kernel_ns, bytes, gbps, peak_gbps,
       share_of_peak: memory-bound operators' achieved bandwidth (where shapes are recorded).
+    - `matmul_shapes`: rank, device, op_name, m, n, k, dtype, calls, kernel_ns, align,
+      misaligned (see analyses/shapes.py).
+    - `critical_steps`: the critical path per (rank, step): step_ns, path_ns, `<kind>_ns`,
+      gpu_<class>_ns, cpu_launch_ns, crosses_ranks; `what_if`: rank, step, scenario,
+      saved_ns (see analyses/critical_path.py).
     - `copies`: rank, device, copy_kind, src_memory, dst_memory, count, bytes, time_ns, gbps.
     """
 
@@ -59,3 +64,6 @@ class Metrics:
     syncs_per_step: pl.DataFrame
     slowest_rank: int | None
     bandwidth: pl.DataFrame
+    matmul_shapes: pl.DataFrame
+    critical_steps: pl.DataFrame
+    what_if: pl.DataFrame

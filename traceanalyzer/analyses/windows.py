@@ -110,7 +110,7 @@ def device_steps(work: pl.LazyFrame, markers: pl.LazyFrame) -> pl.LazyFrame:
             start_ns=pl.coalesce(pl.col("end_ns").shift(1).over(DEVICE_KEY), pl.col("first_ns"))
         )
         .join(markers.select("rank", "step", "name"), on=["rank", "step"], how="left")
-        .select("rank", "device", "step", "name", "start_ns", "end_ns")
+        .select("rank", "device", "step", "name", "start_ns", "end_ns", "first_ns")
         .sort("rank", "device", "start_ns")
     )
 

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from traceanalyzer.render.base import Renderer, write_report
 from traceanalyzer.render.json_report import JsonRenderer
+from traceanalyzer.render.markdown import MarkdownRenderer
 from traceanalyzer.render.terminal import TerminalRenderer
 
-RENDERERS: dict[str, Renderer] = {"terminal": TerminalRenderer(), "json": JsonRenderer()}
+RENDERERS: dict[str, Renderer] = {
+    "terminal": TerminalRenderer(),
+    "json": JsonRenderer(),
+    "md": MarkdownRenderer(),
+}
 
 
 def pick(fmt: str | None, out: str | None) -> Renderer:

@@ -35,6 +35,8 @@ def _lines(r: Report) -> list[str]:
     else:
         how = "no step markers: from the first to the last GPU operation of each device"
     lines.append(f"window   {duration(span)}, {how}")
+    lines += _diagnosis_lines(r)
+    lines += _critical_path_lines(r)
     lines += ["", "GPU time per device (inside the window)"]
     lines.append(
         f"  {'rank':>4} {'dev':>3}  {'window':>10} {'busy':>10} {'idle':>10} {'idle %':>8}"
@@ -194,5 +196,43 @@ def _copy_lines(r: Report) -> list[str]:
             f"  rank {c['rank']} dev {c['device']}: {c['copy_kind'] or '?'}"
             f" ({c['src_memory'] or '?'} -> {c['dst_memory'] or '?'}) {c['count']} x,"
             f" {size} in {duration(c['time_ns'])}, {gbps}"
+        )
+    return lines
+
+
+def _diagnosis_lines(r: Report) -> list[str]:
+    lines = ["", "Diagnoses (most impactful first)"]
+    if not r.findings:
+        lines.append("  none: no rule fired")
+    for f in r.findings:
+        saves = "" if f.impact_ns is None else f"  (fixing it saves ~{duration(f.impact_ns)}/step)"
+        lines.append(f"  [{f.severity.value}] {f.rule} {f.title}{saves}")
+        lines.append(f"      {printable(f.message, 160)}")
+        lines.append(f"      -> {printable(f.advice, 160)}")
+    return lines
+
+
+_KIND_WORDS = {
+    "gpu_compute": "GPU compute",
+    "comm": "communication",
+    "copy": "copies",
+    "cpu": "CPU",
+    "sync_wait": "sync wait",
+    "idle": "idle",
+}
+
+
+def _critical_path_lines(r: Report) -> list[str]:
+    if not r.critical_path:
+        return []
+    lines = ["", "Critical path (what bounds step time)"]
+    for c in r.critical_path:
+        if not c["path_ns"] or not c["steps"]:
+            continue
+        parts = sorted(c["by_kind"].items(), key=lambda kv: -kv[1])
+        shares = ", ".join(f"{ns / c['path_ns']:.0%} {_KIND_WORDS[k]}" for k, ns in parts if ns > 0)
+        lines.append(
+            f"  rank {c['rank']}: step time {duration(c['step_ns'] // c['steps'])}: {shares}"
+            " on the path"
         )
     return lines

@@ -1,0 +1,705 @@
+"""Critical-path graph: the node and edge tables of each step's dependency graph.
+
+Analyses stage; `critical_path.py` runs the longest path over these tables. Everything here
+is polars: one table of edges for every step at once, handed to networkx step by step.
+
+Nodes are points in time: the start and end of each GPU operation, the points of each host
+thread that something depends on (launch calls, sync calls, the thread's first and last
+event in the step), one source and one sink per (rank, step), one arrival node per matched
+collective and one job source per step. Edges (`u` → `v`) say "v cannot happen before u":
+
+- `op`: a GPU operation's start → its end (its duration);
+- `stream`: GPU work in order on each stream (end → next start);
+- `launch`: a runtime/driver launch call's start → the GPU work it launched (correlation id);
+- `thread`: consecutive points on a host thread (nesting is kept by ordering the points:
+  a segment inside a sync call is `sync_wait`, inside a launch call `cpu_launch`, else `cpu`);
+- `wait`: a sync call waits for the GPU work it waited on (the latest GPU operation of the
+  rank that ended while the call was in progress) → the call's end;
+- `xstream`: an operation that started later than anything recorded explains, within
+  `CROSS_STREAM_MAX_NS` of the end of work on another stream of its device, waited for it
+  (the trace keeps no event record/wait ids, so the wait is inferred);
+- `arrive` / `collective`: the n-th collective of each kind on each stream of every rank is
+  one collective; each participant's start → the arrival node → each participant's end
+  (a collective ends no earlier than its last participant arrives, plus the shortest
+  participant's duration, the transfer itself);
+- `source` / `sink` / `job`: bookkeeping edges into and out of each (rank, step).
+
+Each edge carries `work_ns` (the least time it needs: a duration, a launch call, host time)
+and `gap_ns` (the time that really passed between its ends). Of a node's incoming edges
+the one with the least slack (`gap_ns - work_ns`) is binding and weighs `gap_ns`, so the
+longest path reproduces the trace's own times exactly; the others weigh
+`min(work_ns, gap_ns)`. The slack of a binding edge is charged to its `slack_kind`.
+
+Steps: step N of a rank runs from `S` = max(its marker's start, the end of step N-1) to `T`
+= the end of its last GPU operation or host event, whichever is later (so steps tile time).
+Work of step N before `S` (the host ran ahead of a GPU-bound step) is clipped to `S`.
+Clocks of different ranks are aligned on the ends of their matched collectives (all
+participants leave a collective together), median offset per (step, rank).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from traceanalyzer.analyses.classify import collective_kind, kernel_class
+from traceanalyzer.model import Kind, Timeline
+
+#: Kinds an edge's time is charged to (`gpu_*` make up gpu_compute; `cpu_launch` is cpu).
+EDGE_KINDS: tuple[str, ...] = (
+    "gpu_gemm",
+    "gpu_memory_bound",
+    "gpu_copy_cast",
+    "gpu_other",
+    "comm",
+    "copy",
+    "cpu",
+    "cpu_launch",
+    "sync_wait",
+    "idle",
+)
+EDGE_KIND = pl.Enum(list(EDGE_KINDS))
+ROLES: tuple[str, ...] = (
+    "op",
+    "stream",
+    "launch",
+    "thread",
+    "wait",
+    "xstream",
+    "arrive",
+    "collective",
+    "source",
+    "sink",
+    "job",
+)
+ROLE = pl.Enum(list(ROLES))
+
+#: A GPU operation that started within this long after work on another stream of its device
+#: ended, and later than its stream and launch explain, is taken to have waited for it.
+CROSS_STREAM_MAX_NS = 10_000
+
+_HOST_KINDS = [k.value for k in (Kind.RUNTIME, Kind.DRIVER, Kind.CPU_OP, Kind.PYTHON)] + [
+    Kind.ANNOTATION.value
+]
+_THREAD = ["rank", "pid", "tid"]
+_EDGE_COLS = ["step", "u", "v", "owner", "role", "work_ns", "work_kind", "gap_ns", "slack_kind"]
+
+
+@dataclass(frozen=True, slots=True)
+class GraphTables:
+    """The dependency graphs of every step, as tables.
+
+    `windows`: step, rank, name, start_ns (S), end_ns (T), offset_ns (added to this rank's
+    clock to align it), source, sink (node ids). `edges`: step, u, v, owner (rank), role,
+    work_ns, work_kind, gap_ns, slack_kind, binding, weight_ns (see module docstring).
+    `jobs`: step, job (the node id of the step's job source).
+    """
+
+    windows: pl.DataFrame
+    edges: pl.DataFrame
+    jobs: pl.DataFrame
+    node_count: int
+
+
+def gpu_ops(timeline: Timeline, markers: pl.DataFrame) -> pl.DataFrame:
+    """GPU work with its class, launch call and step.
+
+    Columns: rank, device, stream, name, start_ns, end_ns, work_kind, coll (collective kind
+    of comm kernels), launch_start_ns, launch_end_ns, pid, tid (launching thread), step (host
+    step that launched it; work without a recorded launch falls in the step whose marker
+    range holds its start).
+    """
+    cls = kernel_class(pl.col("name"))
+    work_kind = (
+        pl.when(pl.col("kind") != Kind.KERNEL.value)
+        .then(pl.lit("copy"))
+        .when(cls == "comm")
+        .then(pl.lit("comm"))
+        .otherwise(pl.lit("gpu_") + cls.cast(pl.String))
+        .cast(EDGE_KIND)
+    )
+    links = (
+        timeline.launch_links()
+        .select(
+            "rank",
+            "device",
+            "stream",
+            "name",
+            "start_ns",
+            "end_ns",
+            work_kind=work_kind,
+            coll=collective_kind(pl.col("name")),
+            launch_start_ns="launch_start_ns",
+            launch_end_ns="launch_end_ns",
+            pid="launch_pid",
+            tid="launch_tid",
+        )
+        .with_columns(key=pl.coalesce("launch_start_ns", "start_ns"))
+        .sort("key")
+    )
+    ranges = markers.lazy().select("rank", "step", m_start="start_ns", m_end="end_ns")
+    return (
+        links.join_asof(
+            ranges.sort("m_start"),
+            left_on="key",
+            right_on="m_start",
+            by="rank",
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .filter(pl.col("step").is_not_null() & (pl.col("key") < pl.col("m_end")))
+        .drop("key", "m_start", "m_end")
+        .collect()
+    )
+
+
+def _host_events(timeline: Timeline, markers: pl.DataFrame) -> pl.LazyFrame:
+    """Host events that start inside a step's marker range, with that step."""
+    ranges = markers.lazy().select("rank", "step", m_start="start_ns", m_end="end_ns")
+    return (
+        timeline.events.lazy()
+        .filter(pl.col("kind").is_in(_HOST_KINDS) & pl.col("pid").is_not_null())
+        .select(*_THREAD, "start_ns", "end_ns")
+        .sort("start_ns")
+        .join_asof(
+            ranges.sort("m_start"),
+            left_on="start_ns",
+            right_on="m_start",
+            by="rank",
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .filter(pl.col("step").is_not_null() & (pl.col("start_ns") < pl.col("m_end")))
+        .drop("m_start", "m_end")
+    )
+
+
+def step_windows(ops: pl.DataFrame, host: pl.DataFrame, markers: pl.DataFrame) -> pl.DataFrame:
+    """rank, step, name, start_ns (S), end_ns (T) of each step: steps tile each rank's time."""
+    last = (
+        pl.concat([ops.select("rank", "step", "end_ns"), host.select("rank", "step", "end_ns")])
+        .group_by("rank", "step")
+        .agg(last_ns=pl.col("end_ns").max())
+    )
+    return (
+        markers.join(last, on=["rank", "step"], how="left")
+        .sort("rank", "start_ns")
+        .with_columns(
+            t=pl.max_horizontal("end_ns", "last_ns").cum_max().over("rank"),
+        )
+        .with_columns(
+            s=pl.max_horizontal("start_ns", pl.col("t").shift(1).over("rank")),
+        )
+        .select("rank", "step", "name", start_ns="s", end_ns="t")
+    )
+
+
+def _edges(frame: pl.DataFrame | pl.LazyFrame, **cols: pl.Expr) -> pl.LazyFrame:
+    """Select the edge columns (`cols` maps each edge column to an expression)."""
+    exprs = [cols[c].alias(c) for c in _EDGE_COLS]
+    return (
+        frame.lazy()
+        .select(exprs)
+        .with_columns(
+            pl.col("work_kind").cast(EDGE_KIND),
+            pl.col("slack_kind").cast(EDGE_KIND),
+            pl.col("role").cast(ROLE),
+            pl.col("owner").cast(pl.Int32),
+            pl.col("step").cast(pl.Int64),
+            pl.col("u").cast(pl.Int64),
+            pl.col("v").cast(pl.Int64),
+            pl.col("work_ns").cast(pl.Int64),
+            pl.col("gap_ns").cast(pl.Int64),
+        )
+    )
+
+
+def _lit(value: str) -> pl.Expr:
+    return pl.lit(value)
+
+
+def build_tables(
+    timeline: Timeline,
+    markers: pl.DataFrame,
+    syncs: pl.DataFrame,
+    *,
+    cross_stream_max_ns: int = CROSS_STREAM_MAX_NS,
+) -> GraphTables:
+    """Build the node and edge tables of every step's graph (see the module docstring).
+
+    `markers`: windows.step_markers (rank, step, name, start_ns, end_ns); `syncs`:
+    idle.sync_calls (rank, pid, tid, name, start_ns, end_ns; rows without a thread, CUPTI
+    sync records, are not used).
+    """
+    raw_ops = gpu_ops(timeline, markers)
+    host = _host_events(timeline, markers).collect()
+    wins = step_windows(raw_ops, host, markers)
+    s_of = wins.select("rank", "step", S="start_ns", T="end_ns")
+
+    # --- GPU operations, clipped to their step's window: node 2i (start), 2i+1 (end)
+    ops = (
+        raw_ops.join(s_of, on=["rank", "step"])
+        .filter(pl.col("end_ns") > pl.col("S"))
+        .with_columns(start_ns=pl.max_horizontal("start_ns", "S"))
+        .sort("rank", "step", "device", "stream", "start_ns", "end_ns")
+        .with_row_index("i")
+        .with_columns(a=pl.col("i").cast(pl.Int64) * 2, b=pl.col("i").cast(pl.Int64) * 2 + 1)
+    )
+    n_ops = ops.height
+    stream_key = ["rank", "step", "device", "stream"]
+
+    # --- host points, clipped to S, one node per distinct (thread, time)
+    sync_calls = (
+        syncs.filter(pl.col("pid").is_not_null())
+        .select(*_THREAD, "start_ns", "end_ns")
+        .sort("start_ns")
+        .join_asof(
+            markers.select("rank", "step", m_start="start_ns", m_end="end_ns").sort("m_start"),
+            left_on="start_ns",
+            right_on="m_start",
+            by="rank",
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .filter(pl.col("step").is_not_null() & (pl.col("start_ns") < pl.col("m_end")))
+        .join(s_of, on=["rank", "step"])
+        .filter(pl.col("end_ns") > pl.col("S"))
+        .with_columns(start_ns=pl.max_horizontal("start_ns", "S"))
+        .select("rank", "step", "pid", "tid", "start_ns", "end_ns")
+    )
+    launched = ops.filter(pl.col("launch_start_ns").is_not_null()).with_columns(
+        ls=pl.max_horizontal("launch_start_ns", "S"),
+        le=pl.max_horizontal("launch_end_ns", "S"),
+    )
+    spans = (
+        host.join(s_of, on=["rank", "step"])
+        .group_by("rank", "step", "pid", "tid")
+        .agg(first=pl.col("start_ns").min(), last=pl.col("end_ns").max(), S=pl.col("S").first())
+        .filter(pl.col("last") > pl.col("S"))
+        .with_columns(first=pl.max_horizontal("first", "S"))
+    )
+    pkey = ["rank", "step", "pid", "tid"]
+    points = (
+        pl.concat(
+            [
+                launched.select(*pkey, t="ls"),
+                launched.select(*pkey, t="le"),
+                sync_calls.select(*pkey, t="start_ns"),
+                sync_calls.select(*pkey, t="end_ns"),
+                spans.select(*pkey, t="first"),
+                spans.select(*pkey, t="last"),
+            ]
+        )
+        .unique()
+        .sort(*pkey, "t")
+        .with_row_index("j")
+        .with_columns(node=pl.col("j").cast(pl.Int64) + 2 * n_ops)
+        .drop("j")
+    )
+    base = 2 * n_ops + points.height
+    wins = (
+        wins.sort("rank", "step")
+        .with_row_index("k")
+        .with_columns(
+            source=base + 2 * pl.col("k").cast(pl.Int64),
+            sink=base + 2 * pl.col("k").cast(pl.Int64) + 1,
+        )
+        .drop("k")
+    )
+    base += 2 * wins.height
+
+    # --- collectives across ranks, and each rank's clock offset per step
+    ranks_in_step = markers.group_by("step").agg(world=pl.col("rank").n_unique())
+    comm = (
+        ops.filter(pl.col("work_kind") == "comm")
+        .sort("rank", "step", "stream", "start_ns")
+        .with_columns(seq=pl.int_range(pl.len()).over("rank", "step", "stream", "coll"))
+        .join(ranks_in_step, on="step")
+        .with_columns(
+            n=pl.len().over("step", "stream", "coll", "seq"),
+            dur=pl.col("end_ns") - pl.col("start_ns"),
+        )
+        .filter((pl.col("world") > 1) & (pl.col("n") == pl.col("world")))
+    )
+    ref = comm.with_columns(
+        ref_end=pl.col("end_ns").sort_by("rank").first().over("step", "stream", "coll", "seq")
+    )
+    offsets = ref.group_by("rank", "step").agg(
+        offset_ns=(pl.col("ref_end") - pl.col("end_ns")).median().round().cast(pl.Int64)
+    )
+    wins = wins.join(offsets, on=["rank", "step"], how="left").with_columns(
+        pl.col("offset_ns").fill_null(0)
+    )
+    off = wins.select("rank", "step", "offset_ns", "source", "sink", S="start_ns", T="end_ns")
+    coll = (
+        comm.join(off.select("rank", "step", "offset_ns"), on=["rank", "step"])
+        .with_columns(start_al=pl.col("start_ns") + pl.col("offset_ns"))
+        .with_columns(
+            arrive_t=pl.col("start_al").max().over("step", "stream", "coll", "seq"),
+            d_min=pl.col("dur").min().over("step", "stream", "coll", "seq"),
+            cid=pl.struct("step", "stream", "coll", "seq").rank("dense").cast(pl.Int64) - 1,
+        )
+        .with_columns(arrive=base + pl.col("cid"), end_al=pl.col("end_ns") + pl.col("offset_ns"))
+    )
+    n_coll = int(coll["cid"].max() + 1) if coll.height else 0  # type: ignore[operator]
+    base += n_coll
+    jobs = (
+        wins.select("step")
+        .unique()
+        .sort("step")
+        .with_row_index("q")
+        .select("step", job=base + pl.col("q").cast(pl.Int64))
+    )
+    node_count = base + jobs.height
+
+    edges = pl.concat(
+        [
+            *_gpu_edges(ops, coll, stream_key, cross_stream_max_ns),
+            *_host_edges(points, launched, sync_calls, ops),
+            *_frame_edges(ops, points, off, jobs, stream_key),
+        ]
+    ).collect()
+    return GraphTables(
+        windows=wins.select(
+            "step", "rank", "name", "start_ns", "end_ns", "offset_ns", "source", "sink"
+        ),
+        edges=_bind(edges),
+        jobs=jobs,
+        node_count=node_count,
+    )
+
+
+def _gpu_edges(
+    ops: pl.DataFrame,
+    coll: pl.DataFrame,
+    stream_key: list[str],
+    cross_stream_max_ns: int,
+) -> list[pl.LazyFrame]:
+    """op, stream, xstream, arrive and collective edges."""
+    dur = pl.col("end_ns") - pl.col("start_ns")
+    matched = coll.select("i", "d_min")
+    op_rows = ops.join(matched, on="i", how="left")
+    op = _edges(
+        op_rows,
+        step=pl.col("step"),
+        u=pl.col("a"),
+        v=pl.col("b"),
+        owner=pl.col("rank"),
+        role=_lit("op"),
+        work_ns=pl.coalesce("d_min", dur),
+        work_kind=pl.col("work_kind"),
+        gap_ns=dur,
+        slack_kind=pl.when(pl.col("work_kind") == "comm")
+        .then(_lit("comm"))
+        .otherwise(_lit("idle")),
+    )
+    prev = ops.with_columns(
+        pb=pl.col("b").shift(1).over(stream_key), pe=pl.col("end_ns").shift(1).over(stream_key)
+    ).filter(pl.col("pb").is_not_null())
+    stream = _edges(
+        prev,
+        step=pl.col("step"),
+        u=pl.col("pb"),
+        v=pl.col("a"),
+        owner=pl.col("rank"),
+        role=_lit("stream"),
+        work_ns=pl.lit(0),
+        work_kind=_lit("idle"),
+        gap_ns=pl.col("start_ns") - pl.col("pe"),
+        slack_kind=_lit("idle"),
+    )
+    # cross-stream waits: the latest end on another stream of the device before the start,
+    # when it explains the start better than the stream order and the launch do
+    known = pl.max_horizontal(
+        pl.col("S"),
+        pl.col("pe"),
+        pl.col("launch_end_ns").clip(upper_bound=pl.col("start_ns")),
+    )
+    ends = ops.select("rank", "step", "device", o_stream="stream", o_end="end_ns", o_b="b").sort(
+        "o_end"
+    )
+    late = (
+        ops.with_columns(pe=pl.col("end_ns").shift(1).over(stream_key))
+        .filter(pl.col("start_ns") > known)
+        .sort("start_ns")
+        .join_asof(
+            ends,
+            left_on="start_ns",
+            right_on="o_end",
+            by=["rank", "step", "device"],
+            strategy="backward",
+            tolerance=cross_stream_max_ns,
+            check_sortedness=False,
+        )
+        .filter(
+            pl.col("o_b").is_not_null()
+            & (pl.col("o_stream") != pl.col("stream"))
+            & (pl.col("o_end") > known)
+        )
+    )
+    xstream = _edges(
+        late,
+        step=pl.col("step"),
+        u=pl.col("o_b"),
+        v=pl.col("a"),
+        owner=pl.col("rank"),
+        role=_lit("xstream"),
+        work_ns=pl.lit(0),
+        work_kind=_lit("idle"),
+        gap_ns=pl.col("start_ns") - pl.col("o_end"),
+        slack_kind=_lit("idle"),
+    )
+    arrive = _edges(
+        coll,
+        step=pl.col("step"),
+        u=pl.col("i").cast(pl.Int64) * 2,
+        v=pl.col("arrive"),
+        owner=pl.col("rank"),
+        role=_lit("arrive"),
+        work_ns=pl.lit(0),
+        work_kind=_lit("comm"),
+        gap_ns=pl.col("arrive_t") - pl.col("start_al"),
+        slack_kind=_lit("comm"),
+    )
+    collective = _edges(
+        coll,
+        step=pl.col("step"),
+        u=pl.col("arrive"),
+        v=pl.col("i").cast(pl.Int64) * 2 + 1,
+        owner=pl.col("rank"),
+        role=_lit("collective"),
+        work_ns=pl.col("d_min"),
+        work_kind=_lit("comm"),
+        gap_ns=pl.col("end_al") - pl.col("arrive_t"),
+        slack_kind=_lit("comm"),
+    )
+    return [op, stream, xstream, arrive, collective]
+
+
+def _host_edges(
+    points: pl.DataFrame,
+    launched: pl.DataFrame,
+    sync_calls: pl.DataFrame,
+    ops: pl.DataFrame,
+) -> list[pl.LazyFrame]:
+    """thread, launch and wait edges."""
+    pkey = ["rank", "step", "pid", "tid"]
+    seg = (
+        points.with_columns(
+            nt=pl.col("t").shift(-1).over(pkey), nn=pl.col("node").shift(-1).over(pkey)
+        )
+        .filter(pl.col("nn").is_not_null())
+        .sort("t")
+    )
+    calls_sorted = sync_calls.select(*pkey, s_start="start_ns", s_end="end_ns").sort("s_start")
+    launches = launched.select(*pkey, l_start="ls", l_end="le").unique().sort("l_start")
+    # the GPU work each sync call waited for: the latest end of the rank's GPU work that
+    # fell inside the call
+    waits = (
+        sync_calls.sort("end_ns")
+        .join_asof(
+            ops.select("rank", "step", g="end_ns", gb="b").sort("g"),
+            left_on="end_ns",
+            right_on="g",
+            by=["rank", "step"],
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .filter(pl.col("g").is_not_null() & (pl.col("g") > pl.col("start_ns")))
+        .join(points, left_on=[*pkey, "end_ns"], right_on=[*pkey, "t"])
+    )
+    seg = (
+        seg.join_asof(
+            calls_sorted,
+            left_on="t",
+            right_on="s_start",
+            by=pkey,
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .join_asof(
+            launches,
+            left_on="t",
+            right_on="l_start",
+            by=pkey,
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .join(waits.select(*pkey, nt="end_ns", wg="g"), on=[*pkey, "nt"], how="left")
+    )
+    in_sync = pl.col("s_end").is_not_null() & (pl.col("s_end") >= pl.col("nt"))
+    in_launch = pl.col("l_end").is_not_null() & (pl.col("l_end") >= pl.col("nt"))
+    gap = pl.col("nt") - pl.col("t")
+    thread = _edges(
+        seg,
+        step=pl.col("step"),
+        u=pl.col("node"),
+        v=pl.col("nn"),
+        owner=pl.col("rank"),
+        role=_lit("thread"),
+        work_ns=pl.when(in_sync & pl.col("wg").is_not_null())
+        .then(pl.col("nt") - pl.max_horizontal("t", "wg"))
+        .otherwise(gap),
+        work_kind=pl.when(in_sync)
+        .then(_lit("sync_wait"))
+        .when(in_launch)
+        .then(_lit("cpu_launch"))
+        .otherwise(_lit("cpu")),
+        gap_ns=gap,
+        slack_kind=_lit("idle"),
+    )
+    lrows = launched.join(points, left_on=[*pkey, "ls"], right_on=[*pkey, "t"])
+    launch = _edges(
+        lrows,
+        step=pl.col("step"),
+        u=pl.col("node"),
+        v=pl.col("a"),
+        owner=pl.col("rank"),
+        role=_lit("launch"),
+        work_ns=pl.col("le") - pl.col("ls"),
+        work_kind=_lit("cpu_launch"),
+        gap_ns=pl.col("start_ns") - pl.col("ls"),
+        slack_kind=_lit("idle"),
+    )
+    wait = _edges(
+        waits,
+        step=pl.col("step"),
+        u=pl.col("gb"),
+        v=pl.col("node"),
+        owner=pl.col("rank"),
+        role=_lit("wait"),
+        work_ns=pl.lit(0),
+        work_kind=_lit("sync_wait"),
+        gap_ns=pl.col("end_ns") - pl.col("g"),
+        slack_kind=_lit("sync_wait"),
+    )
+    return [thread, launch, wait]
+
+
+def _frame_edges(
+    ops: pl.DataFrame,
+    points: pl.DataFrame,
+    off: pl.DataFrame,
+    jobs: pl.DataFrame,
+    stream_key: list[str],
+) -> list[pl.LazyFrame]:
+    """source, sink and job edges."""
+    pkey = ["rank", "step", "pid", "tid"]
+    first_pts = (
+        points.group_by(pkey).agg(pl.all().sort_by("t").first()).join(off, on=["rank", "step"])
+    )
+    last_pts = (
+        points.group_by(pkey).agg(pl.all().sort_by("t").last()).join(off, on=["rank", "step"])
+    )
+    host_src = _edges(
+        first_pts,
+        step=pl.col("step"),
+        u=pl.col("source"),
+        v=pl.col("node"),
+        owner=pl.col("rank"),
+        role=_lit("source"),
+        work_ns=pl.col("t") - pl.col("S"),
+        work_kind=_lit("cpu"),
+        gap_ns=pl.col("t") - pl.col("S"),
+        slack_kind=_lit("idle"),
+    )
+    # GPU work whose stream predecessor or launch is not in the graph hangs off the source
+    orphan = (
+        ops.with_columns(first=pl.col("i") == pl.col("i").min().over(stream_key))
+        .filter(pl.col("first") | pl.col("launch_start_ns").is_null())
+        .join(off.select("rank", "step", "source"), on=["rank", "step"])
+    )
+    gpu_src = _edges(
+        orphan,
+        step=pl.col("step"),
+        u=pl.col("source"),
+        v=pl.col("a"),
+        owner=pl.col("rank"),
+        role=_lit("source"),
+        work_ns=pl.lit(0),
+        work_kind=_lit("idle"),
+        gap_ns=pl.col("start_ns") - pl.col("S"),
+        slack_kind=_lit("idle"),
+    )
+    last_ops = ops.filter(pl.col("end_ns") == pl.col("end_ns").max().over(stream_key)).join(
+        off.select("rank", "step", "sink"), on=["rank", "step"]
+    )
+    gpu_sink = _edges(
+        last_ops,
+        step=pl.col("step"),
+        u=pl.col("b"),
+        v=pl.col("sink"),
+        owner=pl.col("rank"),
+        role=_lit("sink"),
+        work_ns=pl.lit(0),
+        work_kind=_lit("idle"),
+        gap_ns=pl.col("T") - pl.col("end_ns"),
+        slack_kind=_lit("idle"),
+    )
+    host_sink = _edges(
+        last_pts,
+        step=pl.col("step"),
+        u=pl.col("node"),
+        v=pl.col("sink"),
+        owner=pl.col("rank"),
+        role=_lit("sink"),
+        work_ns=pl.lit(0),
+        work_kind=_lit("idle"),
+        gap_ns=pl.col("T") - pl.col("t"),
+        slack_kind=_lit("idle"),
+    )
+    aligned = (
+        off.join(jobs, on="step")
+        .with_columns(s_al=pl.col("S") + pl.col("offset_ns"))
+        .with_columns(s_min=pl.col("s_al").min().over("step"))
+    )
+    job = _edges(
+        aligned,
+        step=pl.col("step"),
+        u=pl.col("job"),
+        v=pl.col("source"),
+        owner=pl.col("rank"),
+        role=_lit("job"),
+        work_ns=pl.col("s_al") - pl.col("s_min"),
+        work_kind=_lit("idle"),
+        gap_ns=pl.col("s_al") - pl.col("s_min"),
+        slack_kind=_lit("idle"),
+    )
+    # a step with no host point and no GPU work still gets a path: source -> sink
+    empty = _edges(
+        off,
+        step=pl.col("step"),
+        u=pl.col("source"),
+        v=pl.col("sink"),
+        owner=pl.col("rank"),
+        role=_lit("sink"),
+        work_ns=pl.lit(0),
+        work_kind=_lit("idle"),
+        gap_ns=pl.col("T") - pl.col("S"),
+        slack_kind=_lit("idle"),
+    )
+    return [host_src, gpu_src, gpu_sink, host_sink, job, empty]
+
+
+def _bind(edges: pl.DataFrame) -> pl.DataFrame:
+    """Mark each node's binding incoming edge and give every edge its weight.
+
+    Binding: the least slack (`gap - work`), ties broken by role order then source node.
+    Weights are never negative: a gap below zero (clocks of host and device that disagree
+    by a little) counts as zero, so the path may come out a little longer than the step.
+    """
+    gap = pl.col("gap_ns").clip(lower_bound=0)
+    work = pl.col("work_ns").clip(lower_bound=0)
+    return (
+        edges.with_columns(slack=pl.col("gap_ns") - pl.col("work_ns"))
+        .sort("v", "slack", pl.col("role").to_physical(), "u")
+        .with_columns(binding=pl.int_range(pl.len()).over("v") == 0)
+        .with_columns(
+            weight_ns=pl.when(pl.col("binding")).then(gap).otherwise(pl.min_horizontal(work, gap))
+        )
+        .with_columns(work_part_ns=pl.min_horizontal(work, pl.col("weight_ns")))
+        .with_columns(slack_part_ns=pl.col("weight_ns") - pl.col("work_part_ns"))
+        .drop("slack")
+        .sort("step", "u", "v")
+    )

@@ -1,0 +1,98 @@
+"""Rules: the registry (an explicit list), checks at import time, and running them."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+from traceanalyzer.config import Settings
+from traceanalyzer.errors import ConfigError
+from traceanalyzer.rules.base import CATEGORIES, DOC_SECTIONS, Context, Finding, Rule, Severity
+from traceanalyzer.rules.ta001_gpu_starvation import GpuStarvation
+from traceanalyzer.rules.ta002_host_sync import HostSync
+
+ALL_RULES: list[type[Rule]] = [
+    GpuStarvation,
+    HostSync,
+]
+
+
+def _check_registry() -> None:
+    """A broken rule fails at import (and so in the test suite), not in a user's report."""
+    codes = [r.code for r in ALL_RULES]
+    slugs = [r.slug for r in ALL_RULES]
+    assert len(set(codes)) == len(codes), f"duplicate rule codes: {codes}"
+    assert len(set(slugs)) == len(slugs), f"duplicate rule slugs: {slugs}"
+    for rule in ALL_RULES:
+        assert re.fullmatch(r"TA\d{3}", rule.code), rule.code
+        assert rule.category in CATEGORIES, (rule.code, rule.category)
+        docs = rule.docs()
+        missing = [s for s in DOC_SECTIONS if not docs.get(s)]
+        assert not missing, f"{rule.code} lacks doc sections {missing}"
+        assert dataclasses.is_dataclass(rule.Thresholds), rule.code
+        assert rule.Thresholds.__dataclass_params__.frozen, rule.code  # type: ignore[attr-defined]
+        for f in rule.threshold_fields():
+            assert f.metadata.get("help"), f"{rule.code}.{f.name} has no help text"
+
+
+_check_registry()
+BY_CODE: dict[str, type[Rule]] = {r.code: r for r in ALL_RULES}
+
+
+def thresholds_for(rule: type[Rule], settings: Settings) -> Any:
+    """The rule's Thresholds with the settings' values; unknown keys are a ConfigError."""
+    values = dict(settings.thresholds.get(rule.code, {}))
+    fields = {f.name: f for f in rule.threshold_fields()}
+    unknown = set(values) - set(fields)
+    if unknown:
+        raise ConfigError(
+            f"{rule.code} has no threshold {sorted(unknown)}",
+            path=settings.source,
+            hint=f"valid: {', '.join(fields) or '(none)'}",
+        )
+    typed: dict[str, Any] = {}
+    for name, value in values.items():
+        kind: type[Any] = type(fields[name].default)
+        try:
+            typed[name] = kind(value)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(
+                f"{rule.code}.{name} must be a {kind.__name__}, not {value!r}", path=settings.source
+            ) from exc
+    return rule.Thresholds(**typed)
+
+
+def run_rules(ctx: Context, settings: Settings) -> list[Finding]:
+    """Every enabled rule's findings, most impactful first (unknown impact after known,
+    then by severity, code and scope)."""
+    unknown_codes = set(settings.thresholds) - set(BY_CODE)
+    if unknown_codes:
+        raise ConfigError(
+            f"unknown rule codes {sorted(unknown_codes)}",
+            path=settings.source,
+            hint=f"known: {', '.join(BY_CODE)}",
+        )
+    findings: list[Finding] = []
+    for rule in ALL_RULES:  # a dozen rules, not events
+        if settings.enabled(rule.code):
+            findings.extend(rule().check(ctx, thresholds_for(rule, settings)))
+    return sorted(
+        findings,
+        key=lambda f: (
+            f.impact_ns is None,
+            -(f.impact_ns or 0),
+            -f.severity.rank,
+            f.rule,
+            f.scope.rank if f.scope.rank is not None else -1,
+            f.scope.device if f.scope.device is not None else -1,
+        ),
+    )
+
+
+def worst(findings: list[Finding]) -> Severity | None:
+    """The highest severity among the findings."""
+    return max((f.severity for f in findings), key=lambda s: s.rank, default=None)
+
+
+__all__ = ["ALL_RULES", "BY_CODE", "Context", "Finding", "Rule", "Severity", "run_rules"]

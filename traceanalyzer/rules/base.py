@@ -1,0 +1,222 @@
+"""Rule base class, Finding, Severity and the context rules read.
+
+Pipeline position: Metrics (and the critical path's what-ifs) -> rules -> Findings -> Report.
+A rule compares and explains; every number it reports comes from an analysis.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, ClassVar
+
+import polars as pl
+
+from traceanalyzer.analyses.metrics import Metrics
+from traceanalyzer.model import TraceMeta
+
+CATEGORIES = (
+    "gpu_starvation",
+    "host_sync",
+    "launch_overhead",
+    "memory_bound",
+    "no_tensor_cores",
+    "comm_not_overlapped",
+    "rank_imbalance",
+    "pageable_memcpy",
+    "odd_shapes",
+    "dtype_casts",
+    "memory_growth",
+    "trace_quality",
+)
+#: A fix that saves at least this share of step time is critical / a warning; less is info.
+CRITICAL_SHARE = 0.30
+WARNING_SHARE = 0.03
+
+DOC_SECTIONS = ("What it detects", "Why it matters", "How to fix", "Known false positives")
+
+
+class Severity(StrEnum):
+    """How bad a finding is; ordered."""
+
+    INFO = "info"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+    @property
+    def rank(self) -> int:
+        """0 for info, 1 for warning, 2 for critical."""
+        return ["info", "warning", "critical"].index(self.value)
+
+
+def severity_for(impact_share: float | None, default: Severity) -> Severity:
+    """Severity by the share of step time a fix would save (field notes: a problem costing
+    0.1 % of step time is at most info); the rule's default where the impact is unknown."""
+    if impact_share is None:
+        return default
+    if impact_share >= CRITICAL_SHARE:
+        return Severity.CRITICAL
+    if impact_share >= WARNING_SHARE:
+        return Severity.WARNING
+    return Severity.INFO
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """Where a finding applies; None fields apply everywhere."""
+
+    rank: int | None = None
+    device: int | None = None
+    window: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One diagnosis, as the contract defines it."""
+
+    rule: str
+    slug: str
+    category: str
+    severity: Severity
+    title: str
+    message: str
+    scope: Scope
+    impact_ns: int | None
+    evidence: dict[str, Any]
+    advice: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The contract's diagnosis object."""
+        return {
+            "rule": self.rule,
+            "category": self.category,
+            "severity": self.severity.value,
+            "title": self.title,
+            "message": self.message,
+            "scope": {
+                "rank": self.scope.rank,
+                "device": self.scope.device,
+                "window": (
+                    {"start_ns": self.scope.window[0], "end_ns": self.scope.window[1]}
+                    if self.scope.window
+                    else None
+                ),
+            },
+            "impact_ns": self.impact_ns,
+            "evidence": self.evidence,
+            "advice": self.advice,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What rules read: the analyses' metrics, the trace's meta, and the critical path's
+    what-if savings per step (scenario -> mean ns saved per step, per rank), when known."""
+
+    metrics: Metrics
+    meta: TraceMeta
+    what_if: dict[tuple[int, str], int] = field(default_factory=dict)
+    step_ns: dict[int, int] = field(default_factory=dict)
+
+    def saving(self, rank: int | None, scenario: str) -> int | None:
+        """Mean step time saved on `rank` (worst rank when None) under a what-if scenario."""
+        if rank is not None:
+            return self.what_if.get((rank, scenario))
+        values = [v for (r, s), v in self.what_if.items() if s == scenario]
+        return max(values) if values else None
+
+    def share_of_step(self, rank: int | None, ns: int | None) -> float | None:
+        """`ns` as a share of the mean step time of `rank` (or the longest one)."""
+        if ns is None:
+            return None
+        steps = [v for r, v in self.step_ns.items() if rank is None or r == rank]
+        step = max(steps) if steps else None
+        return ns / step if step else None
+
+    def steps_on(self, rank: int, device: int) -> int:
+        """How many steps the window of (rank, device) holds (0 without step markers)."""
+        s = self.metrics.steps
+        return s.filter((pl.col("rank") == rank) & (pl.col("device") == device)).height
+
+    def per_step(self, ns: int, rank: int, device: int) -> int | None:
+        """`ns` spread over the steps of (rank, device); None without steps."""
+        n = self.steps_on(rank, device)
+        return ns // n if n else None
+
+    def devices(self) -> Iterable[dict[str, Any]]:
+        """The per-device metrics rows."""
+        return self.metrics.devices.iter_rows(named=True)
+
+
+class Rule:
+    """A diagnosis rule: subclass it, set the class attributes, write `check`.
+
+    The class docstring holds the docs in Markdown sections (DOC_SECTIONS); `Thresholds` is a
+    frozen dataclass whose fields carry a `help` metadata string and a unit in their name.
+    """
+
+    code: ClassVar[str]
+    slug: ClassVar[str]
+    title: ClassVar[str]
+    category: ClassVar[str]
+    default_severity: ClassVar[Severity]
+    advice: ClassVar[str]
+
+    @dataclass(frozen=True, slots=True)
+    class Thresholds:
+        """No thresholds."""
+
+    #: Tiny example traces: events (Chrome-trace dicts) the rule fires on / stays quiet on.
+    example_bad: ClassVar[list[dict[str, Any]]] = []
+    example_good: ClassVar[list[dict[str, Any]]] = []
+
+    def check(self, ctx: Context, t: Any) -> Iterable[Finding]:
+        """Yield the findings (none when the trace is healthy)."""
+        raise NotImplementedError
+
+    def finding(
+        self,
+        ctx: Context,
+        message: str,
+        evidence: dict[str, Any],
+        scope: Scope | None = None,
+        impact_ns: int | None = None,
+        advice: str | None = None,
+        severity: Severity | None = None,
+    ) -> Finding:
+        """Build a finding; its severity follows its impact share unless given."""
+        scope = scope or Scope()
+        share = ctx.share_of_step(scope.rank, impact_ns)
+        return Finding(
+            rule=self.code,
+            slug=self.slug,
+            category=self.category,
+            severity=severity or severity_for(share, self.default_severity),
+            title=self.title,
+            message=message,
+            scope=scope,
+            impact_ns=impact_ns,
+            evidence={**evidence, "impact_share_of_step": share},
+            advice=advice or self.advice,
+        )
+
+    @classmethod
+    def docs(cls) -> dict[str, str]:
+        """The docstring's sections, by heading."""
+        text = inspect.cleandoc(cls.__doc__ or "")
+        parts = re.split(r"^## +(.+)$", text, flags=re.MULTILINE)
+        return {parts[i].strip(): parts[i + 1].strip() for i in range(1, len(parts) - 1, 2)}
+
+    @classmethod
+    def threshold_fields(cls) -> list[dataclasses.Field[Any]]:
+        """The tunable thresholds."""
+        return list(dataclasses.fields(cls.Thresholds))
+
+
+def rows(frame: pl.DataFrame) -> list[dict[str, Any]]:
+    """A small summary frame as plain rows (for evidence)."""
+    return frame.to_dicts()

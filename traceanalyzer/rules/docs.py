@@ -1,0 +1,105 @@
+"""Rule documentation, generated from the rules themselves (docs/rules/ and `traceanalyzer
+rule CODE`): docstring sections, thresholds, and the worked example with its finding."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+from traceanalyzer.rules.base import DOC_SECTIONS, Rule
+
+
+def example_findings(rule: type[Rule], bad: bool = True) -> list[str]:
+    """Run the whole pipeline on the rule's example trace; the finding lines it produces."""
+    from traceanalyzer import api  # the pipeline, imported late: docs sit beside it
+    from traceanalyzer.config import Settings
+
+    events = rule.example_bad if bad else rule.example_good
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"{rule.code}_{'bad' if bad else 'good'}.json"
+        path.write_text(json.dumps({"traceEvents": events}))
+        rep = api.report(path, settings=Settings(select=(rule.code,)))
+    return [f"[{f.severity.value}] {f.rule} {f.title}: {f.message}" for f in rep.findings]
+
+
+def rule_markdown(rule: type[Rule]) -> str:
+    """The page for one rule."""
+    docs = rule.docs()
+    summary = (rule.__doc__ or "").strip().splitlines()[0]
+    lines = [
+        f"# {rule.code} {rule.slug}: {rule.title}",
+        "",
+        summary,
+        "",
+        f"Category `{rule.category}`; default severity `{rule.default_severity.value}` "
+        "(the severity follows the share of step time a fix would save, where that is known).",
+        "",
+    ]
+    for section in DOC_SECTIONS:
+        lines += [f"## {section}", "", docs[section], ""]
+    fields = rule.threshold_fields()
+    lines += ["## Thresholds", ""]
+    if fields:
+        lines += ["| name | default | meaning |", "| --- | --- | --- |"]
+        lines += [f"| `{f.name}` | {f.default} | {f.metadata['help']} |" for f in fields]
+        lines += [
+            "",
+            "Set them in `pyproject.toml`:",
+            "",
+            "```toml",
+            f"[tool.traceanalyzer.rules.{rule.code}]",
+        ]
+        lines += [f"{f.name.replace('_', '-')} = {f.default}" for f in fields]
+        lines += ["```", "", f"or once: `--set {rule.code}.{fields[0].name}=VALUE`.", ""]
+    else:
+        lines += ["None.", ""]
+    lines += [
+        "## Advice",
+        "",
+        rule.advice,
+        "",
+        "## Example",
+        "",
+        "The rule's bad example trace (see the rule's module) gives:",
+        "",
+        "```",
+    ]
+    lines += example_findings(rule) or ["(no finding)"]
+    lines += ["```", ""]
+    return "\n".join(lines)
+
+
+def index_markdown(rules: list[type[Rule]]) -> str:
+    """docs/rules/README.md: one line per rule."""
+    lines = ["# Rules", "", "| code | slug | category | title |", "| --- | --- | --- | --- |"]
+    lines += [f"| [{r.code}]({r.code}.md) | {r.slug} | {r.category} | {r.title} |" for r in rules]
+    return "\n".join(lines) + "\n"
+
+
+def write_docs(folder: Path, rules: list[type[Rule]]) -> list[Path]:
+    """(Re)write docs/rules/; returns the files written."""
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for rule in rules:
+        path = folder / f"{rule.code}.md"
+        path.write_text(rule_markdown(rule), encoding="utf-8")
+        written.append(path)
+    index = folder / "README.md"
+    index.write_text(index_markdown(rules), encoding="utf-8")
+    return [*written, index]
+
+
+def main() -> None:
+    """`python -m traceanalyzer.rules.docs [FOLDER]`: regenerate docs/rules/."""
+    import sys
+
+    from traceanalyzer.rules import ALL_RULES
+
+    folder = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("docs/rules")
+    for path in write_docs(folder, ALL_RULES):
+        print(path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""Builders for the tiny example traces each rule carries (bad and good), in Kineto's shape.
+
+Times are microseconds, as in a Chrome trace. The same builders serve the tests.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+Event = dict[str, Any]
+
+HOST_PID = 100
+
+
+def kernel(
+    ts: float,
+    dur: float,
+    name: str = "k",
+    *,
+    device: int = 0,
+    stream: int = 7,
+    corr: int | None = None,
+    **args: Any,
+) -> Event:
+    """A kernel event."""
+    a: dict[str, Any] = {"device": device, "stream": stream, **args}
+    if corr is not None:
+        a["correlation"] = corr
+    return {
+        "ph": "X",
+        "cat": "kernel",
+        "name": name,
+        "pid": device,
+        "tid": stream,
+        "ts": ts,
+        "dur": dur,
+        "args": a,
+    }
+
+
+def gpu_op(
+    cat: str,
+    ts: float,
+    dur: float,
+    name: str,
+    *,
+    device: int = 0,
+    stream: int = 7,
+    corr: int | None = None,
+    **args: Any,
+) -> Event:
+    """A memcpy/memset (cat gpu_memcpy / gpu_memset)."""
+    ev = kernel(ts, dur, name, device=device, stream=stream, corr=corr, **args)
+    ev["cat"] = cat
+    return ev
+
+
+def launch(
+    ts: float,
+    dur: float,
+    corr: int,
+    name: str = "cudaLaunchKernel",
+    *,
+    pid: int = HOST_PID,
+    tid: int = HOST_PID,
+) -> Event:
+    """A runtime call on the host (External id = correlation id)."""
+    return {
+        "ph": "X",
+        "cat": "cuda_runtime",
+        "name": name,
+        "pid": pid,
+        "tid": tid,
+        "ts": ts,
+        "dur": dur,
+        "args": {"correlation": corr, "External id": corr},
+    }
+
+
+def step(n: int, ts: float, dur: float, *, pid: int = HOST_PID, tid: int = HOST_PID) -> Event:
+    """A `ProfilerStep#n` annotation on the host."""
+    return {
+        "ph": "X",
+        "cat": "user_annotation",
+        "name": f"ProfilerStep#{n}",
+        "pid": pid,
+        "tid": tid,
+        "ts": ts,
+        "dur": dur,
+        "args": {"External id": 90000 + n},
+    }
+
+
+def cpu_op(ts: float, dur: float, name: str = "aten::mm", **args: Any) -> Event:
+    """A CPU operator on the host thread."""
+    return {
+        "ph": "X",
+        "cat": "cpu_op",
+        "name": name,
+        "pid": HOST_PID,
+        "tid": HOST_PID,
+        "ts": ts,
+        "dur": dur,
+        "args": args,
+    }
+
+
+def py_frame(ts: float, dur: float, name: str) -> Event:
+    """A Python frame (with_stack=True), e.g. `train.py(88): train_step`."""
+    return {
+        "ph": "X",
+        "cat": "python_function",
+        "name": name,
+        "pid": HOST_PID,
+        "tid": HOST_PID,
+        "ts": ts,
+        "dur": dur,
+        "args": {},
+    }
+
+
+def launched(
+    ts: float, kernel_ts: float, dur: float, corr: int, name: str, **args: Any
+) -> list[Event]:
+    """A launch at `ts` and the kernel it starts at `kernel_ts`."""
+    return [launch(ts, 2, corr), kernel(kernel_ts, dur, name, corr=corr, **args)]

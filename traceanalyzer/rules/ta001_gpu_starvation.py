@@ -1,0 +1,120 @@
+"""TA001: the GPU waits for the host."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from traceanalyzer.rules.base import Context, Finding, Rule, Scope, Severity
+from traceanalyzer.rules.examples import Event, launched, step
+
+
+class GpuStarvation(Rule):
+    """The GPU sits idle because nothing is queued: the host is late.
+
+    ## What it detects
+    Idle time inside the analysed window whose cause is `host_wait`: the work that ended
+    each gap was launched only after the gap began, and the gap was longer than launch
+    overhead. Waits that end at a step's first GPU operation are counted apart: they point at
+    what happens between steps (the input pipeline, logging, checkpointing); the rest happen
+    inside steps (CPU-side work between launches).
+
+    ## Why it matters
+    A starved GPU does nothing, however fast its kernels are. Every millisecond the host is
+    late is a millisecond of step time, unless other work hides it.
+
+    ## How to fix
+    Between steps: more DataLoader workers, `pin_memory=True`, prefetching
+    (`prefetch_factor`, a CUDA-stream prefetcher), moving preprocessing to the GPU, logging
+    less often. Inside steps: less Python per step (torch.compile, CUDA graphs), no CPU-side
+    tensor work in the loop, fewer host round trips.
+
+    ## Known false positives
+    Deliberate pauses (evaluation, checkpointing) inside the window, and profiler overhead:
+    torch.profiler with stacks or shapes slows the host, so waits look longer than in an
+    unprofiled run.
+    """
+
+    code = "TA001"
+    slug = "gpu-starvation"
+    title = "GPU starved: idle while waiting for the host"
+    category = "gpu_starvation"
+    default_severity = Severity.WARNING
+    advice = (
+        "Feed the GPU faster: more DataLoader workers, pin_memory and prefetching for waits "
+        "between steps; torch.compile or CUDA graphs for host overhead inside steps."
+    )
+
+    @dataclass(frozen=True, slots=True)
+    class Thresholds:
+        min_host_wait_share: float = field(
+            default=0.10,
+            metadata={"help": "host-wait idle as a share of the window that triggers it"},
+        )
+
+    example_bad: ClassVar[list[Event]] = [
+        step(1, 100, 400),
+        *launched(110, 120, 50, 1, "gemm"),
+        # the host spends 200 µs elsewhere before launching the next kernel
+        *launched(370, 375, 50, 2, "gemm"),
+    ]
+    example_good: ClassVar[list[Event]] = [
+        step(1, 100, 400),
+        *launched(110, 120, 50, 1, "gemm"),
+        *launched(112, 170, 50, 2, "gemm"),
+    ]
+
+    def check(self, ctx: Context, t: Thresholds) -> Iterable[Finding]:
+        for d in ctx.devices():
+            window = d["window_ns"]
+            wait = d["host_wait_ns"]
+            if not window or wait / window < t.min_host_wait_share:
+                continue
+            between = d["host_wait_between_steps_ns"]
+            inside = wait - between
+            where = []
+            if between:
+                where.append(f"{between / 1e6:.2f} ms between steps (input pipeline)")
+            if inside:
+                where.append(f"{inside / 1e6:.2f} ms inside steps (CPU-side work)")
+            advice = None
+            if between > inside:
+                advice = (
+                    "The GPU waits between steps: give the DataLoader more workers, "
+                    "pin_memory=True and prefetching, or move preprocessing to the GPU."
+                )
+            elif inside > 0:
+                advice = (
+                    "The GPU waits inside steps: cut Python and CPU-side work between "
+                    "launches (torch.compile, CUDA graphs, no host tensor work in the loop)."
+                )
+            yield self.finding(
+                ctx,
+                f"rank {d['rank']} GPU {d['device']}: idle {d['idle_share']:.0%} of a "
+                f"{window / 1e6:.1f} ms window, {wait / window:.0%} waiting for the host "
+                f"({'; '.join(where)})",
+                {
+                    "window_ns": window,
+                    "idle_share": d["idle_share"],
+                    "host_wait_ns": wait,
+                    "host_wait_share": wait / window,
+                    "host_wait_between_steps_ns": between,
+                    "host_wait_inside_steps_ns": inside,
+                    "longest_gap_ns": d["longest_gap_ns"],
+                    "threshold_share": t.min_host_wait_share,
+                },
+                Scope(d["rank"], d["device"]),
+                _impact(ctx, d["rank"], d["device"], wait),
+                advice,
+            )
+
+
+def _impact(ctx: Context, rank: int, device: int, wait_ns: int) -> int | None:
+    """The critical path's saving with host gaps closed, but no more than the host-wait idle
+    per step: a fix that feeds the GPU cannot save more than the GPU waited."""
+    saving = ctx.saving(rank, "host_gaps_closed")
+    per_step = ctx.per_step(wait_ns, rank, device)
+    if saving is None or per_step is None:
+        return saving if per_step is None else per_step
+    return min(saving, per_step)

@@ -1,0 +1,100 @@
+"""TA002: host-device syncs in the step loop."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import polars as pl
+
+from traceanalyzer.rules.base import Context, Finding, Rule, Scope, Severity
+from traceanalyzer.rules.examples import Event, cpu_op, launch, launched, py_frame, step
+
+
+class HostSync(Rule):
+    """A host-device synchronisation in every step drains the GPU queue.
+
+    ## What it detects
+    Blocking host calls (`cudaStreamSynchronize`, `cudaDeviceSynchronize`,
+    `cudaEventSynchronize`, blocking `cudaMemcpy`) made inside steps, at least once per step
+    from the same place: the CPU operator around the call (`aten::item`,
+    `aten::_local_scalar_dense`, `aten::to`) and, where the trace has Python stacks, the
+    user's source line. The idle they cause directly is measured, but the finding is raised
+    even when that is small.
+
+    ## Why it matters
+    While the host waits, it queues nothing: the GPU runs dry, and every host delay after the
+    sync (Python, the data loader) becomes GPU idle instead of being hidden behind queued
+    work. One `.item()` per step is enough to serialise host and device.
+
+    ## How to fix
+    Remove `.item()`, `.cpu()`, `.numpy()`, `.tolist()`, `print(tensor)` and Python `if` on
+    GPU values from the step; accumulate metrics on the GPU and read them every N steps; use
+    `non_blocking=True` copies into pinned memory; avoid `torch.cuda.synchronize()` outside
+    benchmarking.
+
+    ## Known false positives
+    A sync that the algorithm needs (dynamic shapes decided on the host, early stopping
+    checks) and syncs that torch itself issues for correctness, e.g. in some indexing ops.
+    """
+
+    code = "TA002"
+    slug = "host-sync"
+    title = "Host-device sync in the step loop"
+    category = "host_sync"
+    default_severity = Severity.WARNING
+    advice = (
+        "Take .item()/.cpu()/print(tensor) out of the step: keep metrics on the GPU and read "
+        "them every N steps; use non_blocking copies."
+    )
+
+    @dataclass(frozen=True, slots=True)
+    class Thresholds:
+        min_per_step: float = field(
+            default=1.0, metadata={"help": "sync calls per step from one place that trigger it"}
+        )
+
+    example_bad: ClassVar[list[Event]] = [
+        step(1, 100, 300),
+        *launched(110, 120, 100, 1, "gemm"),
+        py_frame(150, 100, "train.py(88): train_step"),
+        cpu_op(155, 90, "aten::item"),
+        launch(160, 80, 90, name="cudaStreamSynchronize"),
+        *launched(245, 250, 50, 2, "gemm"),
+    ]
+    example_good: ClassVar[list[Event]] = [
+        step(1, 100, 300),
+        *launched(110, 120, 100, 1, "gemm"),
+        *launched(115, 225, 50, 2, "gemm"),
+    ]
+
+    def check(self, ctx: Context, t: Thresholds) -> Iterable[Finding]:
+        sites = ctx.metrics.sync_sites.filter(pl.col("per_step") >= t.min_per_step)
+        for rank in sorted(set(sites["rank"].to_list())):  # one finding per rank
+            mine = sites.filter(pl.col("rank") == rank).sort("per_step", descending=True)
+            top = mine.row(0, named=True)
+            per_step = float(mine["per_step"].sum())
+            idle = int(mine["idle_ns"].sum())
+            where = [
+                f"{s['name']} {s['per_step']:.1f}x from "
+                + (" <- ".join(x for x in (s["op"], s["site"]) if x) or "an unknown call site")
+                for s in mine.head(3).iter_rows(named=True)
+            ]
+            yield self.finding(
+                ctx,
+                f"rank {rank}: {per_step:.1f} host syncs per step ({'; '.join(where)}); "
+                f"{idle / 1e6:.2f} ms of GPU idle while they waited",
+                {
+                    "per_step": per_step,
+                    "idle_ns": idle,
+                    "sites": [
+                        {k: s[k] for k in ("name", "op", "site", "count", "per_step", "idle_ns")}
+                        for s in mine.iter_rows(named=True)
+                    ],
+                    "top_call": top["name"],
+                    "threshold_per_step": t.min_per_step,
+                },
+                Scope(rank=rank),
+                ctx.saving(rank, "syncs_removed"),
+            )

@@ -37,6 +37,7 @@ def report(
     )
     ctx = context(metrics, timeline)
     findings = run_rules(ctx, settings or Settings())
+    totals = dict(metrics.steps.group_by("rank").agg(pl.col("step").n_unique()).iter_rows())
     paths = per_rank(metrics.critical_steps)
     return build_report(
         timeline.meta,
@@ -47,6 +48,7 @@ def report(
             {
                 "rank": r["rank"],
                 "steps": r["steps"],
+                "steps_total": totals.get(r["rank"], r["steps"]),
                 "step_ns": r["step_ns"],
                 "path_ns": r["path_ns"],
                 "by_kind": {k: r[f"{k}_ns"] for k in PATH_KINDS},

@@ -7,7 +7,9 @@ JSON format versions (`FORMAT_VERSION`):
   Devices carry idle_by_cause, comm/overlap fields and tensor_core (contract); beyond the
   contract: steps carry kernel_count and idle_by_cause, kernels carry classes,
   launch_size_histogram and small_kernels, and the sections idle, communication, copies and
-  memory_bandwidth.
+  memory_bandwidth. critical_path entries add steps_total (steps in the window; the graph
+  is built for at most 24 evenly spread steps per rank, counted in `steps`); matmul_shapes,
+  memory_growth and timeline_bins (each window in 240 bins: busy and idle by cause).
 """
 
 from __future__ import annotations
@@ -150,6 +152,9 @@ class Report:
     tool_version: str
     findings: tuple[Finding, ...] = ()
     critical_path: tuple[dict[str, Any], ...] = ()
+    timeline_bins: tuple[dict[str, Any], ...] = ()
+    memory_growth: tuple[dict[str, Any], ...] = ()
+    matmul_shapes: tuple[dict[str, Any], ...] = ()
 
     def to_json_dict(self) -> dict[str, Any]:
         """The contract's JSON object (keys in a stable order)."""
@@ -166,6 +171,9 @@ class Report:
             "communication": self.communication,
             "copies": self.copies,
             "memory_bandwidth": self.bandwidth,
+            "matmul_shapes": list(self.matmul_shapes),
+            "memory_growth": list(self.memory_growth),
+            "timeline_bins": list(self.timeline_bins),
             "critical_path": list(self.critical_path),
             "diagnoses": [f.to_json() for f in self.findings],
             "data_quality": self.quality,
@@ -317,4 +325,7 @@ def build_report(
         tool_version=tool_version,
         findings=tuple(findings or ()),
         critical_path=tuple(critical_path or ()),
+        timeline_bins=tuple(_rows(metrics.timeline_bins)),
+        memory_growth=tuple(_rows(metrics.memory_growth)),
+        matmul_shapes=tuple(_rows(metrics.matmul_shapes.head(TOP_BANDWIDTH_OPS))),
     )

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pytest
 
 from tests.builders import cpu_op, gpu_op, kernel, launch, step, write_trace
 from traceanalyzer.analyses import analyze
@@ -143,3 +144,17 @@ def test_copies_by_direction_and_memory(tmp_path: Path) -> None:
         ("HtoD", "pageable"): (2, 8192, 4000, 2.048),
         ("DtoH", "device"): (1, 1000, 1000, 1.0),
     }
+
+
+def test_timeline_bins_add_up(tmp_path: Path) -> None:
+    m = analyze(read(write_trace(tmp_path / "t.json", CAUSES_TRACE)))
+    b = m.timeline_bins
+    d = m.devices.row(0, named=True)
+    assert b.height == 240
+    assert int(b["busy_ns"].sum()) + sum(
+        int(b[f"{c}_ns"].sum()) for c in ("host_wait", "sync", "launch_overhead", "other")
+    ) == pytest.approx(d["window_ns"], abs=240)
+    assert int((b["end_ns"] - b["start_ns"]).sum()) == d["window_ns"]
+    # the 280 µs host wait lies in the bins between kernels D and E
+    wait = b.filter((pl.col("start_ns") >= 420_000) & (pl.col("end_ns") <= 700_000))
+    assert wait["busy_ns"].sum() == 0 and wait["host_wait_ns"].sum() > 0

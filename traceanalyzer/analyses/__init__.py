@@ -7,11 +7,14 @@ import polars as pl
 from traceanalyzer.analyses import (
     bandwidth,
     classify,
+    clock,
     copies,
     critical_path,
     devices,
+    gemm_units,
     idle,
     kernels,
+    memory,
     overlap,
     shapes,
     tensor_cores,
@@ -87,6 +90,7 @@ def analyze(
     ).with_columns(pl.col(f"{c}_ns" for c in idle.CAUSES).fill_null(0))
     small = kernels.small_kernels(in_windows)
     paths = critical_path.critical_paths(timeline, markers.collect(), syncs.collect())
+    peaks = memory.step_peaks(timeline, markers)
     steps_per_rank = markers.group_by("rank").agg(steps=pl.len().cast(pl.Int64)).collect()
     slowest = int(imbalance.sort("wait_ns", "rank")["rank"][0]) if imbalance.height > 1 else None
     return Metrics(
@@ -114,6 +118,11 @@ def analyze(
         slowest_rank=slowest,
         bandwidth=bandwidth.memory_bound_bandwidth(timeline, in_windows, timeline.meta.devices),
         matmul_shapes=shapes.matmul_shapes(timeline, in_windows),
+        memory_peaks=peaks,
+        non_tc_gemms=gemm_units.non_tensor_core_gemms(in_windows),
+        early_starts=clock.early_starts(timeline),
+        timeline_bins=idle.timeline_bins(gaps, wins),
+        memory_growth=memory.growth(peaks),
         critical_steps=paths.steps,
         what_if=paths.what_if,
     )

@@ -114,6 +114,25 @@ class CriticalPaths:
     path: pl.DataFrame = field(repr=False)
 
 
+#: Graphs are built for at most this many steps per rank, evenly spread over the window
+#: (first and last included): a long trace repeats the same step, and the per-step graph,
+#: path and what-ifs cost milliseconds each. The report says how many steps were analysed.
+MAX_STEPS_PER_RANK = 24
+
+
+def sample_steps(markers: pl.DataFrame, limit: int | None) -> pl.DataFrame:
+    """At most `limit` steps per rank, evenly spaced by order of start (all when None)."""
+    if limit is None or markers.height == 0:
+        return markers
+    n = pl.len().over("rank")
+    i = pl.int_range(pl.len()).over("rank")
+    # the positions round(j * (n-1) / (limit-1)) for j in 0..limit-1: keep i when it is one
+    step_f = (n - 1) / max(limit - 1, 1)
+    nearest = ((i / step_f).round() * step_f).round()
+    keep = (n <= limit) | (nearest == i)
+    return markers.sort("rank", "start_ns").filter(keep)
+
+
 def critical_paths(
     timeline: Timeline,
     markers: pl.DataFrame,
@@ -121,6 +140,7 @@ def critical_paths(
     *,
     scenarios: tuple[Scenario, ...] = SCENARIOS,
     cross_stream_max_ns: int = CROSS_STREAM_MAX_NS,
+    max_steps_per_rank: int | None = MAX_STEPS_PER_RANK,
 ) -> CriticalPaths:
     """The critical path of every step of every rank, its composition and the what-ifs.
 
@@ -130,6 +150,7 @@ def critical_paths(
     """
     if markers.height == 0:
         return _empty()
+    markers = sample_steps(markers, max_steps_per_rank)
     tables = build_tables(timeline, markers, syncs, cross_stream_max_ns=cross_stream_max_ns)
     weights = {s.name: scenario_weights(s) for s in scenarios}
     edges = tables.edges.with_columns(**weights) if weights else tables.edges

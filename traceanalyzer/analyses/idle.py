@@ -378,3 +378,64 @@ def host_wait_between_steps(gaps: pl.LazyFrame, steps: pl.LazyFrame) -> pl.LazyF
         .group_by(DEVICE_KEY)
         .agg(host_wait_between_steps_ns=pl.col("host_wait_ns").sum())
     )
+
+
+#: Bins of the per-device timeline strip: a long trace is summarised, never drawn per event.
+TIMELINE_BINS = 240
+
+
+def timeline_bins(
+    gaps: pl.DataFrame, windows: pl.DataFrame, bins: int = TIMELINE_BINS
+) -> pl.DataFrame:
+    """rank, device, bin, start_ns, end_ns, busy_ns and `<cause>_ns`: each device's window cut
+    into `bins` equal bins. A gap's time in a bin is split between its causes in proportion
+    to their shares of the whole gap."""
+    key = ["rank", "device"]
+    wins = windows.select(
+        *key,
+        w_start="start_ns",
+        w_end="end_ns",
+        width=((pl.col("end_ns") - pl.col("start_ns")) / bins).ceil().cast(pl.Int64).clip(1),
+    )
+    grid = (
+        wins.with_columns(bin=pl.int_ranges(0, bins))
+        .explode("bin")
+        .with_columns(
+            start_ns=pl.col("w_start") + pl.col("bin") * pl.col("width"),
+            end_ns=pl.min_horizontal(
+                pl.col("w_start") + (pl.col("bin") + 1) * pl.col("width"), pl.col("w_end")
+            ),
+        )
+        .filter(pl.col("end_ns") > pl.col("start_ns"))
+        .with_columns(bin=pl.col("bin").cast(pl.Int64))
+    )
+    first = ((pl.col("start_ns") - pl.col("w_start")) // pl.col("width")).clip(0, bins - 1)
+    last = ((pl.col("end_ns") - 1 - pl.col("w_start")) // pl.col("width")).clip(0, bins - 1)
+    pieces = (
+        gaps.lazy()
+        .join(wins.lazy(), on=key)
+        .with_columns(bin=pl.int_ranges(first, last + 1))
+        .explode("bin")
+        .with_columns(
+            b_lo=pl.col("w_start") + pl.col("bin") * pl.col("width"),
+            b_hi=pl.col("w_start") + (pl.col("bin") + 1) * pl.col("width"),
+        )
+        .with_columns(
+            part=(pl.min_horizontal("end_ns", "b_hi") - pl.max_horizontal("start_ns", "b_lo")).clip(
+                0
+            )
+            / pl.col("gap_ns")
+        )
+        .group_by(*key, "bin")
+        .agg([(pl.col(f"{c}_ns") * pl.col("part")).sum().alias(f"{c}_ns") for c in CAUSES])
+    )
+    idle = sum((pl.col(f"{c}_ns") for c in CAUSES), pl.lit(0, pl.Int64))
+    return (
+        grid.lazy()
+        .join(pieces, on=[*key, "bin"], how="left")
+        .with_columns([pl.col(f"{c}_ns").fill_null(0.0).round().cast(pl.Int64) for c in CAUSES])
+        .with_columns(busy_ns=(pl.col("end_ns") - pl.col("start_ns") - idle).clip(0))
+        .select(*key, "bin", "start_ns", "end_ns", "busy_ns", *(f"{c}_ns" for c in CAUSES))
+        .sort(*key, "bin")
+        .collect()
+    )

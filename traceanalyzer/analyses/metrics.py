@@ -35,6 +35,14 @@ class Metrics:
       share_of_peak: memory-bound operators' achieved bandwidth (where shapes are recorded).
     - `matmul_shapes`: rank, device, op_name, m, n, k, dtype, calls, kernel_ns, align,
       misaligned (see analyses/shapes.py).
+    - `timeline_bins`: rank, device, bin, start_ns, end_ns, busy_ns, `<cause>_ns`: each
+      window cut into equal bins (for the timeline strip).
+    - `non_tc_gemms`: rank, device, name, evidence, op_dtype, count, total_ns: GEMM kernels
+      off the Tensor Cores (analyses/gemm_units.py); `early_starts`: rank, device, linked,
+      early, early_share, max_early_ns: GPU work starting before its launch (clock.py).
+    - `memory_peaks`: rank, device, step, peak_bytes, end_bytes; `memory_growth`: rank,
+      device, steps, first_peak_bytes, last_peak_bytes, growth_bytes, per_step_bytes,
+      rising_share (see analyses/memory.py; empty without memory events).
     - `critical_steps`: the critical path per (rank, step): step_ns, path_ns, `<kind>_ns`,
       gpu_<class>_ns, cpu_launch_ns, crosses_ranks; `what_if`: rank, step, scenario,
       saved_ns (see analyses/critical_path.py).
@@ -65,5 +73,10 @@ class Metrics:
     slowest_rank: int | None
     bandwidth: pl.DataFrame
     matmul_shapes: pl.DataFrame
+    memory_peaks: pl.DataFrame
+    non_tc_gemms: pl.DataFrame
+    early_starts: pl.DataFrame
+    timeline_bins: pl.DataFrame
+    memory_growth: pl.DataFrame
     critical_steps: pl.DataFrame
     what_if: pl.DataFrame

@@ -25,6 +25,7 @@ class Kind(StrEnum):
     GPU_ANNOTATION = "gpu_annotation"  # a user range projected onto a GPU stream
     PYTHON = "python"  # a Python frame (with_stack=True)
     SYNC = "sync"  # a CUPTI synchronisation record (stream/event/device synchronize)
+    MEMORY = "memory"  # a GPU memory allocation or free (profile_memory=True), zero-length
 
 
 KIND = pl.Enum([k.value for k in Kind])
@@ -52,7 +53,11 @@ COLUMNS: dict[str, tuple[pl.DataType, str]] = {
     "block": (pl.List(pl.Int32()), "kernel block size [x, y, z] in threads"),
     "registers": (pl.Int32(), "kernel registers per thread"),
     "shared_mem_bytes": (pl.Int64(), "kernel shared memory per block (static + dynamic), bytes"),
-    "bytes": (pl.Int64(), "bytes moved by a memcpy or set by a memset"),
+    "bytes": (
+        pl.Int64(),
+        "bytes moved by a memcpy or set by a memset; for a memory event, the device's total "
+        "allocated bytes after it",
+    ),
     "copy_kind": (pl.Categorical(), "memcpy direction: HtoD, DtoH, DtoD, HtoH, PtoP"),
     "src_memory": (pl.Categorical(), "memcpy source memory: pageable, pinned, device, managed"),
     "dst_memory": (pl.Categorical(), "memcpy destination memory: pageable, pinned, device"),

@@ -35,6 +35,7 @@ from traceanalyzer.model import (
     KIND,
     DataQuality,
     DeviceInfo,
+    Kind,
     RankInfo,
     Timeline,
     TraceMeta,
@@ -70,6 +71,13 @@ KIND_BY_CAT: dict[str, str] = {
 #: Categories that Kineto always writes and the model does not need: not worth a count.
 IGNORED_CATS = frozenset({"trace", "overhead", "fwdbwd", "ac2g", "async", "async_cpu_to_gpu"})
 
+#: A `[memory]` instant event of a CUDA device (profile_memory=True; Device Type 1 is CUDA).
+_CUDA_MEMORY_EVENT = (
+    (pl.col("ph") == "i")
+    & (pl.col("name").cast(pl.String) == "[memory]")
+    & (pl.col("args").struct.field("Device Type") == 1)
+)
+
 _DEVICE_KINDS = ("kernel", "memcpy", "memset", "gpu_annotation", "sync")
 
 
@@ -104,6 +112,9 @@ def raw_schema(text_ids: bool) -> pl.Schema:
                     "registers per thread": pl.Int64(),
                     "shared memory": pl.Int64(),
                     "Collective name": pl.String(),
+                    "Total Allocated": pl.Int64(),
+                    "Device Id": pl.Int64(),
+                    "Device Type": pl.Int64(),
                     "In msg nelems": pl.Int64(),
                     "dtype": pl.String(),
                     "Input Dims": pl.String(),
@@ -482,10 +493,14 @@ def _add_frame(raw: pl.DataFrame, parsed: _Parsed) -> None:
     start, dur = pl.col("start_ns"), pl.col("dur")
     tagged = (
         raw.lazy()
-        .filter(pl.col("ph") == "X")
+        .with_columns(_memory=_CUDA_MEMORY_EVENT)
+        .filter((pl.col("ph") == "X") | pl.col("_memory"))
         .with_columns(
-            kind=pl.col("cat").replace_strict(KIND_BY_CAT, default=None, return_dtype=KIND),
+            kind=pl.when(pl.col("_memory"))
+            .then(pl.lit(Kind.MEMORY.value, KIND))
+            .otherwise(pl.col("cat").replace_strict(KIND_BY_CAT, default=None, return_dtype=KIND)),
             start_ns=pl.coalesce(pl.col("tn"), _to_ns(pl.col("ts"))),
+            dur=pl.when(pl.col("_memory")).then(pl.lit(0.0)).otherwise(pl.col("dur")),
         )
         .with_columns(
             _unknown=~known & ~pl.col("cat").str.to_lowercase().is_in(list(IGNORED_CATS)),
@@ -502,7 +517,9 @@ def _add_frame(raw: pl.DataFrame, parsed: _Parsed) -> None:
                 known & start.is_not_null() & dur.is_not_null() & (start > 0) & (dur >= 0)
             ).select(
                 rank=pl.lit(0, pl.Int32),
-                device=pl.when(on_device)
+                device=pl.when(pl.col("_memory"))
+                .then(args.field("Device Id").cast(pl.Int32))
+                .when(on_device)
                 .then(
                     pl.coalesce(_int_of(args.field("device"), text), _int_of(pl.col("pid"), text))
                 )
@@ -522,7 +539,9 @@ def _add_frame(raw: pl.DataFrame, parsed: _Parsed) -> None:
                 block=args.field("block").cast(pl.List(pl.Int32)),
                 registers=args.field("registers per thread").cast(pl.Int32),
                 shared_mem_bytes=args.field("shared memory"),
-                bytes=args.field("bytes"),
+                bytes=pl.when(pl.col("_memory"))
+                .then(args.field("Total Allocated"))
+                .otherwise(args.field("bytes")),
                 input_dims=pl.coalesce(args.field("Input Dims"), args.field("Input dims")),
                 input_types=args.field("Input type"),
                 collective=args.field("Collective name").cast(pl.Categorical),

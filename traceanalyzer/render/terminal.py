@@ -231,8 +231,13 @@ def _critical_path_lines(r: Report) -> list[str]:
             continue
         parts = sorted(c["by_kind"].items(), key=lambda kv: -kv[1])
         shares = ", ".join(f"{ns / c['path_ns']:.0%} {_KIND_WORDS[k]}" for k, ns in parts if ns > 0)
+        sampled = (
+            f" ({c['steps']} of {c['steps_total']} steps analysed)"
+            if c["steps_total"] > c["steps"]
+            else ""
+        )
         lines.append(
             f"  rank {c['rank']}: step time {duration(c['step_ns'] // c['steps'])}: {shares}"
-            " on the path"
+            f" on the path{sampled}"
         )
     return lines

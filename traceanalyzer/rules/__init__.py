@@ -11,10 +11,30 @@ from traceanalyzer.errors import ConfigError
 from traceanalyzer.rules.base import CATEGORIES, DOC_SECTIONS, Context, Finding, Rule, Severity
 from traceanalyzer.rules.ta001_gpu_starvation import GpuStarvation
 from traceanalyzer.rules.ta002_host_sync import HostSync
+from traceanalyzer.rules.ta003_launch_overhead import LaunchOverhead
+from traceanalyzer.rules.ta004_memory_bound import MemoryBound
+from traceanalyzer.rules.ta005_no_tensor_cores import NoTensorCores
+from traceanalyzer.rules.ta006_odd_shapes import OddShapes
+from traceanalyzer.rules.ta007_comm_not_overlapped import CommNotOverlapped
+from traceanalyzer.rules.ta008_rank_imbalance import RankImbalance
+from traceanalyzer.rules.ta009_pageable_memcpy import PageableMemcpy
+from traceanalyzer.rules.ta010_dtype_casts import DtypeCasts
+from traceanalyzer.rules.ta011_memory_growth import MemoryGrowth
+from traceanalyzer.rules.ta012_trace_quality import TraceQuality
 
 ALL_RULES: list[type[Rule]] = [
     GpuStarvation,
     HostSync,
+    LaunchOverhead,
+    MemoryBound,
+    NoTensorCores,
+    OddShapes,
+    CommNotOverlapped,
+    RankImbalance,
+    PageableMemcpy,
+    DtypeCasts,
+    MemoryGrowth,
+    TraceQuality,
 ]
 
 

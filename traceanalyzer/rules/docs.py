@@ -3,11 +3,11 @@ rule CODE`): docstring sections, thresholds, and the worked example with its fin
 
 from __future__ import annotations
 
-import json
 import tempfile
 from pathlib import Path
 
 from traceanalyzer.rules.base import DOC_SECTIONS, Rule
+from traceanalyzer.rules.examples import write_example
 
 
 def example_findings(rule: type[Rule], bad: bool = True) -> list[str]:
@@ -17,8 +17,7 @@ def example_findings(rule: type[Rule], bad: bool = True) -> list[str]:
 
     events = rule.example_bad if bad else rule.example_good
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / f"{rule.code}_{'bad' if bad else 'good'}.json"
-        path.write_text(json.dumps({"traceEvents": events}))
+        path = write_example(events, Path(tmp), f"{rule.code}_{'bad' if bad else 'good'}")
         rep = api.report(path, settings=Settings(select=(rule.code,)))
     return [f"[{f.severity.value}] {f.rule} {f.title}: {f.message}" for f in rep.findings]
 
@@ -36,7 +35,8 @@ def rule_markdown(rule: type[Rule]) -> str:
         "(the severity follows the share of step time a fix would save, where that is known).",
         "",
     ]
-    for section in DOC_SECTIONS:
+    extra = [s for s in docs if s not in DOC_SECTIONS]  # optional: Impact estimate, References
+    for section in (*DOC_SECTIONS, *extra):
         lines += [f"## {section}", "", docs[section], ""]
     fields = rule.threshold_fields()
     lines += ["## Thresholds", ""]

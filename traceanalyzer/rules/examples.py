@@ -5,6 +5,8 @@ Times are microseconds, as in a Chrome trace. The same builders serve the tests.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 Event = dict[str, Any]
@@ -124,3 +126,49 @@ def launched(
 ) -> list[Event]:
     """A launch at `ts` and the kernel it starts at `kernel_ts`."""
     return [launch(ts, 2, corr), kernel(kernel_ts, dur, name, corr=corr, **args)]
+
+
+def memory(ts: float, total_allocated: int, *, device: int = 0) -> Event:
+    """A `[memory]` event (profile_memory=True): the device's total allocated bytes after it."""
+    return {
+        "ph": "i",
+        "cat": "cpu_instant_event",
+        "s": "t",
+        "name": "[memory]",
+        "pid": HOST_PID,
+        "tid": HOST_PID,
+        "ts": ts,
+        "args": {
+            "Device Type": 1,
+            "Device Id": device,
+            "Bytes": 0,
+            "Total Allocated": total_allocated,
+            "Total Reserved": total_allocated,
+        },
+    }
+
+
+def on_rank(rank: int, events: list[Event]) -> list[Event]:
+    """The same events, tagged as recorded by `rank` (a multi-rank example: `write_example`
+    writes one file per rank, with the rank in its `distributedInfo`)."""
+    return [{**ev, "rank": rank} for ev in events]
+
+
+def write_example(events: list[Event], folder: Path, name: str) -> Path:
+    """Write an example trace under `folder`: one file `name.json`, or, where events carry a
+    rank (`on_rank`), a folder `name/` with one `rank{N}.json` per rank. Returns the path to
+    read."""
+    ranks = sorted({ev["rank"] for ev in events if "rank" in ev})
+    if not ranks:
+        path = folder / f"{name}.json"
+        path.write_text(json.dumps({"traceEvents": events}))
+        return path
+    job = folder / name
+    job.mkdir(parents=True, exist_ok=True)
+    for r in ranks:
+        mine = [
+            {k: v for k, v in ev.items() if k != "rank"} for ev in events if ev.get("rank") == r
+        ]
+        doc = {"distributedInfo": {"rank": r, "world_size": len(ranks)}, "traceEvents": mine}
+        (job / f"rank{r}.json").write_text(json.dumps(doc))
+    return job

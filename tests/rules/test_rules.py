@@ -1,0 +1,180 @@
+"""Every rule fires on its bad example and stays quiet on its good one; thresholds work;
+the committed rule docs are what the generator writes now."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from tests.conftest import REPO
+from traceanalyzer import api
+from traceanalyzer.analyses import analyze
+from traceanalyzer.config import Settings
+from traceanalyzer.readers import read
+from traceanalyzer.rules import ALL_RULES, BY_CODE, Rule, Severity, run_rules
+from traceanalyzer.rules.base import Context, Finding
+from traceanalyzer.rules.docs import index_markdown, rule_markdown
+from traceanalyzer.rules.examples import Event, write_example
+
+CODES = [r.code for r in ALL_RULES]
+
+
+def _findings(tmp_path: Path, code: str, events: list[Event], **thresholds: Any) -> list[Finding]:
+    path = write_example(events, tmp_path, f"{code}_example")
+    settings = Settings(select=(code,), thresholds={code: thresholds} if thresholds else {})
+    return list(api.report(path, settings=settings).findings)
+
+
+@pytest.mark.parametrize("code", CODES)
+def test_bad_example_fires(tmp_path: Path, code: str) -> None:
+    rule = BY_CODE[code]
+    found = _findings(tmp_path, code, rule.example_bad)
+    assert found, f"{code} does not fire on its bad example"
+    assert {f.rule for f in found} == {code}
+    for f in found:
+        assert f.category == rule.category
+        assert f.message and f.advice
+        assert "impact_share_of_step" in f.evidence
+
+
+@pytest.mark.parametrize("code", CODES)
+def test_good_example_is_quiet(tmp_path: Path, code: str) -> None:
+    assert not _findings(tmp_path, code, BY_CODE[code].example_good)
+
+
+@pytest.mark.parametrize("rule", ALL_RULES, ids=CODES)
+def test_threshold_names_carry_units_and_help(rule: type[Rule]) -> None:
+    units = (
+        "_share",
+        "_ns",
+        "_bytes",
+        "_kernels",
+        "_steps",
+        "_events",
+        "_operators",
+        "_per_step",
+        "top_",
+    )
+    for f in rule.threshold_fields():
+        assert f.metadata["help"]
+        assert any(u in f.name for u in units), f"{rule.code}.{f.name} names no unit"
+
+
+def test_launch_overhead_threshold_edge(tmp_path: Path) -> None:
+    bad = BY_CODE["TA003"].example_bad
+    found = _findings(tmp_path, "TA003", bad)
+    share = found[0].evidence["launch_overhead_share"]
+    assert found[0].severity is Severity.CRITICAL
+    assert _findings(tmp_path, "TA003", bad, min_launch_idle_share=share)
+    assert not _findings(tmp_path, "TA003", bad, min_launch_idle_share=share + 1e-9)
+    assert not _findings(tmp_path, "TA003", bad, min_kernels=121)
+    assert _findings(tmp_path, "TA003", bad, min_kernels=120)
+
+
+def test_pageable_memcpy_threshold_edge(tmp_path: Path) -> None:
+    bad = BY_CODE["TA009"].example_bad
+    size = 4 << 20
+    assert _findings(tmp_path, "TA009", bad, min_copy_bytes=size)
+    assert not _findings(tmp_path, "TA009", bad, min_copy_bytes=size + 1)
+
+
+def test_trace_quality_steps_threshold(tmp_path: Path) -> None:
+    good = BY_CODE["TA012"].example_good  # three steps
+    assert not _findings(tmp_path, "TA012", good, min_steps=3)
+    found = _findings(tmp_path, "TA012", good, min_steps=4)
+    assert [f.severity for f in found] == [Severity.INFO]
+    assert found[0].impact_ns is None
+
+
+def test_trace_quality_without_steps(tmp_path: Path) -> None:
+    events = [ev for ev in BY_CODE["TA012"].example_good if not ev["name"].startswith("Profiler")]
+    found = _findings(tmp_path, "TA012", events)
+    assert len(found) == 1 and "no step markers" in found[0].message
+
+
+def test_odd_shapes_suggests_padding(tmp_path: Path) -> None:
+    (f,) = _findings(tmp_path, "TA006", BY_CODE["TA006"].example_bad)
+    assert f.impact_ns is None
+    assert f.evidence["shapes"][0]["pad"] == "N 50257 -> 50304"
+
+
+def test_rank_imbalance_names_the_slow_rank(tmp_path: Path) -> None:
+    (f,) = _findings(tmp_path, "TA008", BY_CODE["TA008"].example_bad)
+    assert f.scope.rank == 1 and f.evidence["slowest_rank"] == 1
+    assert f.impact_ns == 200_000  # rank 0 waits 200 µs in its one step
+
+
+class _Extended:
+    """Metrics with the extra summaries the rules read when `analyze` provides them."""
+
+    def __init__(self, metrics: Any, **extra: pl.DataFrame) -> None:
+        self._metrics = metrics
+        self.__dict__.update(extra)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._metrics, name)
+
+
+def _context(tmp_path: Path, events: list[Event], **extra: pl.DataFrame) -> Context:
+    timeline = read(write_example(events, tmp_path, "ctx"))
+    ctx = api.context(analyze(timeline), timeline)
+    return Context(
+        metrics=_Extended(ctx.metrics, **extra),  # type: ignore[arg-type]
+        meta=ctx.meta,
+        what_if=ctx.what_if,
+        step_ns=ctx.step_ns,
+    )
+
+
+def test_trace_quality_reports_clock_problems(tmp_path: Path) -> None:
+    early = pl.DataFrame(
+        {
+            "rank": [0],
+            "device": [0],
+            "linked": [100],
+            "early": [5],
+            "early_share": [0.05],
+            "max_early_ns": [40_000],
+        }
+    )
+    ctx = _context(tmp_path, BY_CODE["TA012"].example_good, early_starts=early)
+    found = run_rules(ctx, Settings(select=("TA012",)))
+    assert [f.severity for f in found] == [Severity.WARNING]
+    assert "clocks disagree" in found[0].message
+    quiet = Settings(select=("TA012",), thresholds={"TA012": {"max_early_start_share": 0.05}})
+    assert not run_rules(ctx, quiet)
+
+
+def test_no_tensor_cores_reads_the_gemm_summary(tmp_path: Path) -> None:
+    summary = pl.DataFrame(
+        {
+            "rank": [0],
+            "device": [0],
+            "name": ["volta_sgemm_128x64_nn"],
+            "evidence": ["op dtype fp32, no TF32 token"],
+            "op_dtype": ["fp32"],
+            "count": [1],
+            "total_ns": [300_000],
+        }
+    )
+    ctx = _context(tmp_path, BY_CODE["TA005"].example_bad, non_tc_gemms=summary)
+    (f,) = run_rules(ctx, Settings(select=("TA005",)))
+    assert f.evidence["kernels"][0]["evidence"] == "op dtype fp32, no TF32 token"
+    assert f.evidence["fp32_without_tf32"] is True
+    assert "TF32" in f.advice
+
+
+@pytest.mark.parametrize("rule", ALL_RULES, ids=CODES)
+def test_committed_rule_docs_are_generated(rule: type[Rule]) -> None:
+    page = REPO / "docs" / "rules" / f"{rule.code}.md"
+    assert page.read_text(encoding="utf-8") == rule_markdown(rule), (
+        f"docs/rules/{rule.code}.md is stale: run `python -m traceanalyzer.rules.docs`"
+    )
+
+
+def test_committed_rule_index_is_generated() -> None:
+    index = REPO / "docs" / "rules" / "README.md"
+    assert index.read_text(encoding="utf-8") == index_markdown(ALL_RULES)

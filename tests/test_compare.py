@@ -1,0 +1,68 @@
+"""Comparing runs: numbers against plain subtraction, diagnoses appearing and vanishing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SAMPLES, corpus
+from traceanalyzer import api
+from traceanalyzer.compare import compare, load_report, render_text
+
+
+def test_compare_two_samples() -> None:
+    a = api.report(SAMPLES / "train_bf16_healthy.json.gz").to_json_dict()
+    b = api.report(SAMPLES / "tiny_kernels.json.gz").to_json_dict()
+    diff = compare(a, b)
+    da, db = a["devices"][0], b["devices"][0]
+    idle = diff["metrics"]["idle_share"]
+    assert idle["before"] == da["idle_share"] and idle["after"] == db["idle_share"]
+    assert idle["change"] == pytest.approx(db["idle_share"] - da["idle_share"])
+    assert (
+        diff["metrics"]["kernel_ns"]["change"]
+        == b["kernels"]["total_ns"] - a["kernels"]["total_ns"]
+    )
+    rules_a = {d["rule"] for d in a["diagnoses"]}
+    rules_b = {d["rule"] for d in b["diagnoses"]}
+    assert {x.split()[0] for x in diff["diagnoses_appeared"]} == rules_b - rules_a
+    assert {x.split()[0] for x in diff["diagnoses_disappeared"]} == rules_a - rules_b
+    top = diff["kernels"][0]
+    assert abs(top["change_ns"]) == max(abs(k["change_ns"]) for k in diff["kernels"])
+    assert "Kernels that gained or lost" in render_text(diff)
+
+
+def test_compare_reads_reports_and_summary_rows(tmp_path: Path) -> None:
+    from traceanalyzer.batch import run_batch, write_summary
+
+    summary = run_batch([str(SAMPLES)], tmp_path / "out", jobs=1)
+    table = write_summary(summary, tmp_path / "out", "parquet")
+    run = summary.filter(summary["error"].is_null())["run"][0]
+    from_row = load_report(f"{table}#{run}")
+    from_json = load_report(summary.filter(summary["run"] == run)["report"][0])
+    assert from_row == from_json
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        (
+            "public/nsys/nsysai_h100x2_train_before.sqlite",
+            "public/nsys/nsysai_h100x2_train_after.sqlite",
+        ),
+        (
+            "public/hta/trace_diff_control_a100/control.json.gz",
+            "public/hta/trace_diff_test_v100/test.json.gz",
+        ),
+    ],
+)
+def test_compare_public_pairs(before: str, after: str) -> None:
+    root = corpus()
+    if root is None:
+        pytest.skip("TRACEANALYZER_CORPUS is not set")
+    a = load_report(str(root / before))
+    b = load_report(str(root / after))
+    diff = compare(a, b)
+    assert diff["metrics"]["window_ns"]["before"] == sum(d["window_ns"] for d in a["devices"])
+    assert diff["metrics"]["window_ns"]["after"] == sum(d["window_ns"] for d in b["devices"])
+    assert diff["kernels"], "some kernel time must change between two different runs"

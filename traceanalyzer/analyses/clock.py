@@ -1,0 +1,40 @@
+"""Clock consistency: GPU work that starts before the host call that launched it.
+
+Analyses stage. A kernel, memcpy or memset cannot start before its launch call began on the
+host: the correlation id ties the two together. Where the GPU timestamp is earlier, host and
+device clocks disagree (CUPTI's clock conversion drifted, traces of several hosts were merged
+without aligning them, or the producer wrote wrong timestamps). Small differences are normal
+(timestamp rounding to whole microseconds in older Kineto traces), so only work starting more
+than a tolerance before its launch counts.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceanalyzer.analyses.windows import DEVICE_KEY
+from traceanalyzer.model import Timeline
+
+#: GPU work starting earlier than its launch by more than this is a clock problem.
+EARLY_START_TOLERANCE_NS = 5_000
+
+
+def early_starts(timeline: Timeline, tolerance_ns: int = EARLY_START_TOLERANCE_NS) -> pl.DataFrame:
+    """Per (rank, device) with linked launches: linked (GPU operations whose launch call is
+    recorded), early (those starting more than `tolerance_ns` before their launch began),
+    early_share (early / linked) and max_early_ns (the largest lead, 0 where none)."""
+    lead = pl.col("launch_start_ns") - pl.col("start_ns")
+    return (
+        timeline.launch_links()
+        .filter(pl.col("launch_start_ns").is_not_null())
+        .group_by(DEVICE_KEY)
+        .agg(
+            linked=pl.len().cast(pl.Int64),
+            early=(lead > tolerance_ns).sum().cast(pl.Int64),
+            max_early_ns=lead.max().clip(lower_bound=0).cast(pl.Int64),
+        )
+        .with_columns(early_share=pl.col("early") / pl.col("linked"))
+        .select(*DEVICE_KEY, "linked", "early", "early_share", "max_early_ns")
+        .sort(DEVICE_KEY)
+        .collect()
+    )

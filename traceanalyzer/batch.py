@@ -1,0 +1,253 @@
+"""Batch analysis of archived runs: one summary row per run, over all cores or a cluster.
+
+Each run is analysed on its own (a worker process, or a dask.distributed worker): load,
+analyze, diagnose, write the run's JSON (and HTML) report, return its summary row. A run
+that fails becomes a row with its error; the batch goes on. Results are cached by the run's
+content hash and the tool version, so a rerun over a growing archive pays only for new runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from traceanalyzer import __version__
+from traceanalyzer.errors import ConfigError, TraceAnalyzerError
+from traceanalyzer.readers.archives import Run, discover
+
+#: Columns of the summary table, in order (see `summary_row`).
+SUMMARY_SCHEMA = pl.Schema(
+    {
+        "run": pl.String(),
+        "path": pl.String(),
+        "content_hash": pl.String(),
+        "format": pl.String(),
+        "ranks": pl.Int64(),
+        "devices": pl.Int64(),
+        "gpu": pl.String(),
+        "basis": pl.String(),
+        "steps": pl.Int64(),
+        "step_ns": pl.Int64(),
+        "window_ns": pl.Int64(),
+        "busy_share": pl.Float64(),
+        "idle_share": pl.Float64(),
+        "host_wait_share": pl.Float64(),
+        "sync_share": pl.Float64(),
+        "launch_overhead_share": pl.Float64(),
+        "other_idle_share": pl.Float64(),
+        "kernel_count": pl.Int64(),
+        "kernel_ns": pl.Int64(),
+        "comm_ns": pl.Int64(),
+        "exposed_comm_ns": pl.Int64(),
+        "tc_share_of_gemm": pl.Float64(),
+        "diagnoses": pl.String(),
+        "worst_severity": pl.String(),
+        "top_diagnosis": pl.String(),
+        "top_impact_ns": pl.Int64(),
+        "report": pl.String(),
+        "seconds": pl.Float64(),
+        "cached": pl.Boolean(),
+        "error": pl.String(),
+    }
+)
+
+
+def content_hash(path: Path) -> str:
+    """SHA-256 of a run's bytes (a folder: of its files' names and bytes, sorted)."""
+    h = hashlib.sha256()
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for f in files:
+        if path.is_dir():
+            h.update(str(f.relative_to(path)).encode())
+        with f.open("rb") as fh:
+            while chunk := fh.read(1 << 20):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def _slug(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", label).strip("_")[:120] or "run"
+
+
+def summary_row(label: str, path: Path, digest: str, rep: Any, report_path: str) -> dict[str, Any]:
+    """The run's headline numbers, from its report (the contract's fields)."""
+    doc = rep.to_json_dict()
+    devices = doc["devices"]
+    window = sum(d["window_ns"] for d in devices)
+    causes = {
+        c: sum(d["idle_by_cause"][c] for d in devices)
+        for c in ("host_wait", "sync", "launch_overhead", "other")
+    }
+    gemm = sum(d["tensor_core"]["gemm_ns"] for d in devices)
+    paths = doc["critical_path"]
+    analysed = sum(p["steps"] for p in paths)
+    findings = rep.findings
+    order = ["info", "warning", "critical"]
+    worst = max((f.severity.value for f in findings), key=order.index, default=None)
+    top = findings[0] if findings else None
+    return {
+        "run": label,
+        "path": str(path),
+        "content_hash": digest,
+        "format": doc["source"]["format"],
+        "ranks": len(doc["ranks"]),
+        "devices": len(devices),
+        "gpu": next((d["name"] for d in devices if d["name"]), None),
+        "basis": doc["window"]["basis"],
+        "steps": len({s["name"] for s in doc["steps"]}),
+        "step_ns": sum(p["step_ns"] for p in paths) // analysed if analysed else None,
+        "window_ns": window,
+        "busy_share": sum(d["busy_ns"] for d in devices) / window if window else None,
+        "idle_share": sum(d["idle_ns"] for d in devices) / window if window else None,
+        "host_wait_share": causes["host_wait"] / window if window else None,
+        "sync_share": causes["sync"] / window if window else None,
+        "launch_overhead_share": causes["launch_overhead"] / window if window else None,
+        "other_idle_share": causes["other"] / window if window else None,
+        "kernel_count": doc["kernels"]["count"],
+        "kernel_ns": doc["kernels"]["total_ns"],
+        "comm_ns": sum(d["comm_ns"] for d in devices),
+        "exposed_comm_ns": sum(d["exposed_comm_ns"] for d in devices),
+        "tc_share_of_gemm": (
+            sum(d["tensor_core"]["tc_ns"] for d in devices) / gemm if gemm else None
+        ),
+        "diagnoses": ",".join(sorted({f.category for f in findings})),
+        "worst_severity": worst,
+        "top_diagnosis": f"{top.rule} {top.title}" if top else None,
+        "top_impact_ns": top.impact_ns if top else None,
+        "report": report_path,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """Everything a worker needs to analyse one run (picklable)."""
+
+    run: Run
+    out_dir: str
+    html: bool
+    cache: bool
+
+
+def analyse_run(job: Job) -> dict[str, Any]:
+    """Analyse one run; never raises for a bad trace (the row carries the error)."""
+    from traceanalyzer import api  # imported in the worker
+
+    started = time.perf_counter()
+    run = job.run
+    out = Path(job.out_dir)
+    row: dict[str, Any] = {"run": run.label, "path": str(run.path), "cached": False}
+    if run.error:
+        return {**row, "error": run.error, "seconds": 0.0}
+    try:
+        digest = content_hash(run.path)
+        row["content_hash"] = digest
+        cached = out / ".cache" / f"{digest}-{__version__}.json"
+        if job.cache and cached.is_file():
+            saved: dict[str, Any] = json.loads(cached.read_text())
+            return {**saved, "run": run.label, "path": str(run.path), "cached": True}
+        rep = api.report(run.path)
+        report_path = out / "runs" / f"{_slug(run.label)}.json"
+        api.write(rep, "json", str(report_path))
+        if job.html:
+            api.write(rep, "html", str(report_path.with_suffix(".html")))
+        row = {**summary_row(run.label, run.path, digest, rep, str(report_path)), "cached": False}
+        row["seconds"] = time.perf_counter() - started
+        row["error"] = None
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        cached.write_text(json.dumps(row))
+    except TraceAnalyzerError as exc:
+        row["error"] = exc.one_line()
+    except Exception as exc:  # the one broad catch: a batch records what broke and goes on
+        row["error"] = f"internal error: {type(exc).__name__}: {exc}"
+    row.setdefault("seconds", time.perf_counter() - started)
+    return row
+
+
+def run_batch(
+    args: list[str],
+    out_dir: Path,
+    *,
+    jobs: int | None = None,
+    html: bool = False,
+    cache: bool = True,
+    dask_scheduler: str | None = None,
+    on_result: Callable[[dict[str, Any], int], None] | None = None,
+) -> pl.DataFrame:
+    """Analyse every run found in `args`; return the summary (one row per run, in order).
+
+    `jobs`: worker processes (default: all cores); `dask_scheduler`: address of a
+    dask.distributed scheduler to send the runs to instead. `on_result(row, total)` is called
+    as each run finishes (progress display).
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="traceanalyzer-batch-") as scratch:
+        runs = discover(args, Path(scratch))
+        if not runs:
+            raise ConfigError("no traces found", hint="give trace files, folders or archives")
+        batch = [Job(r, str(out_dir), html, cache) for r in runs]
+        results: dict[str, dict[str, Any]] = {}
+        for row in _execute(batch, jobs, dask_scheduler):
+            results[row["run"]] = row
+            if on_result:
+                on_result(row, len(batch))
+    rows = [results[j.run.label] for j in batch]
+    return pl.DataFrame(
+        [{k: r.get(k) for k in SUMMARY_SCHEMA.names()} for r in rows], schema=SUMMARY_SCHEMA
+    )
+
+
+def _execute(batch: list[Job], jobs: int | None, scheduler: str | None) -> Iterator[dict[str, Any]]:
+    if scheduler:
+        yield from _execute_dask(batch, scheduler)
+        return
+    workers = jobs or os.cpu_count() or 1
+    if workers == 1:
+        for job in batch:
+            yield analyse_run(job)
+        return
+    # spawn, not fork: polars' thread pool is already running in this process, and a forked
+    # child inherits its locks mid-use (a deadlock)
+    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+        futures = [pool.submit(analyse_run, job) for job in batch]
+        for future in as_completed(futures):
+            yield future.result()
+
+
+def _execute_dask(batch: list[Job], scheduler: str) -> Iterator[dict[str, Any]]:
+    """Send the runs to a dask.distributed cluster (the `dask` extra)."""
+    try:
+        from dask.distributed import Client
+        from dask.distributed import as_completed as dask_completed
+    except ImportError as exc:
+        raise ConfigError(
+            "--dask-scheduler needs dask.distributed",
+            hint="pip install 'traceanalyzer[dask]'",
+        ) from exc
+    with Client(scheduler) as client:  # type: ignore[no-untyped-call]
+        futures = client.map(analyse_run, batch, pure=False)
+        for future in dask_completed(futures):  # type: ignore[no-untyped-call]
+            yield future.result()
+
+
+def write_summary(summary: pl.DataFrame, out_dir: Path, fmt: str) -> Path:
+    """Write the summary table (parquet or csv) atomically; return its path."""
+    target = out_dir / f"summary.{fmt}"
+    tmp = target.with_suffix(f".{fmt}.partial")
+    if fmt == "csv":
+        summary.write_csv(tmp)
+    else:
+        summary.write_parquet(tmp)
+    tmp.replace(target)
+    return target

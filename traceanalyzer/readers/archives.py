@@ -1,0 +1,115 @@
+"""Finding the runs in folders, globs and archives, for batch analysis.
+
+A run is one trace file, or one folder holding the per-rank files of a job (two or more files
+whose names carry a rank: `rank0.json`, `worker_3.pt.trace.json.gz`). Folders are searched
+recursively; `.tar`, `.tar.gz`/`.tgz` and `.zip` archives are unpacked into a scratch folder
+(member paths are checked: nothing is written outside it) and searched the same way. Inputs
+are never modified.
+"""
+
+from __future__ import annotations
+
+import glob
+import re
+import tarfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from traceanalyzer.errors import TraceFormatError
+from traceanalyzer.readers.base import GZIP_MAGIC, SQLITE_MAGIC
+
+_TRACE_NAME = re.compile(r"\.(?:json|json\.gz|sqlite|nsys-rep\.sqlite)$", re.IGNORECASE)
+_RANK_NAME = re.compile(r"(?:rank|worker)[-_]?\d+", re.IGNORECASE)
+_ARCHIVE = re.compile(r"\.(?:tar|tar\.gz|tgz|zip)$", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One run to analyse: `path` is a file or a folder of rank files; `label` names it in
+    the summary (relative to the argument it came from, `archive.tar.gz!inner/path` inside
+    an archive)."""
+
+    path: Path
+    label: str
+    error: str | None = None  # set when the run could not even be unpacked
+
+
+def _looks_like_trace(path: Path) -> bool:
+    if _TRACE_NAME.search(path.name):
+        return True
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(16)
+    except OSError:
+        return False
+    return head.startswith(GZIP_MAGIC) or head.startswith(SQLITE_MAGIC)
+
+
+def _runs_in_folder(folder: Path, prefix: str) -> list[Run]:
+    """Runs under `folder`: rank-file folders as one run each, other trace files one by one."""
+    runs: list[Run] = []
+    files = sorted(p for p in folder.iterdir() if p.is_file() and _looks_like_trace(p))
+    ranked = [p for p in files if _RANK_NAME.search(p.name) and not p.name.endswith(".sqlite")]
+    if len(ranked) >= 2:
+        runs.append(Run(folder, prefix.rstrip("/") or folder.name))
+        files = [p for p in files if p not in ranked]
+    runs += [Run(p, f"{prefix}{p.name}") for p in files]
+    for sub in sorted(p for p in folder.iterdir() if p.is_dir()):
+        runs += _runs_in_folder(sub, f"{prefix}{sub.name}/")
+    return runs
+
+
+def _safe_extract(archive: Path, dest: Path) -> None:
+    """Unpack an archive into `dest`, refusing members that would land outside it."""
+    root = dest.resolve()
+    try:
+        if zipfile.is_zipfile(archive):
+            with zipfile.ZipFile(archive) as zf:
+                for name in zf.namelist():
+                    if not (root / name).resolve().is_relative_to(root):
+                        raise TraceFormatError(
+                            f"archive member {name!r} escapes the archive",
+                            path=archive,
+                            hint="refusing to unpack it",
+                        )
+                zf.extractall(root)
+            return
+        with tarfile.open(archive) as tf:
+            tf.extractall(root, filter="data")  # no absolute paths, links out, devices
+    except (tarfile.TarError, zipfile.BadZipFile, OSError) as exc:
+        raise TraceFormatError(
+            f"cannot unpack the archive ({exc})",
+            path=archive,
+            hint="is it a complete .tar, .tar.gz or .zip?",
+        ) from exc
+
+
+def discover(args: list[str], scratch: Path) -> list[Run]:
+    """Every run named by `args` (files, folders, glob patterns, archives)."""
+    runs: list[Run] = []
+    for arg in args:
+        matches = [Path(p) for p in sorted(glob.glob(arg))] if glob.has_magic(arg) else [Path(arg)]
+        if not matches:
+            raise TraceFormatError(
+                "no file matches the pattern",
+                path=arg,
+                hint="check the glob (quote it to let traceanalyzer expand it)",
+            )
+        for path in matches:
+            if not path.exists():
+                raise TraceFormatError("no such file or folder", path=path, hint="check the path")
+            if path.is_dir():
+                runs += _runs_in_folder(path, f"{path.name}/")
+            elif _ARCHIVE.search(path.name):
+                dest = scratch / f"archive{len(runs)}_{path.name}"
+                dest.mkdir(parents=True)
+                try:
+                    _safe_extract(path, dest)
+                except TraceFormatError as exc:  # a bad archive is a failed run, not the end
+                    runs.append(Run(path, path.name, error=exc.one_line()))
+                    continue
+                runs += [Run(r.path, f"{path.name}!{r.label}") for r in _runs_in_folder(dest, "")]
+            else:
+                runs.append(Run(path, path.name))
+    return runs

@@ -1,0 +1,114 @@
+"""TA003: kernels too short to keep the GPU fed one launch at a time."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from traceanalyzer.rules.base import Context, Finding, Rule, Scope, Severity
+from traceanalyzer.rules.examples import Event, launched, step
+
+_ADD = "void at::native::vectorized_elementwise_kernel<4, at::native::add_kernel>"
+
+
+class LaunchOverhead(Rule):
+    """Many tiny kernels issued one at a time: the GPU waits for each launch.
+
+    ## What it detects
+    Idle time whose cause is `launch_overhead`: short gaps (up to the launch-gap limit, 50 µs
+    by default) between kernels, each ended by a kernel that was launched only after the gap
+    began. The CPU issues work one launch at a time and the GPU finishes each kernel before
+    the next arrives. The finding reports the mean kernel duration and the share of kernels
+    shorter than 10 µs (nsys-ai flags an average under 10 µs over at least 100 launches).
+
+    ## Why it matters
+    A launch costs about 5–10 µs of host time, and an eager PyTorch operator 10–50 µs. Below
+    that kernel duration the host cannot keep ahead of the GPU, so step time is set by Python
+    and the dispatcher, not by the GPU: a faster GPU would not help at all.
+
+    ## How to fix
+    Launch fewer, larger kernels: `torch.compile` (fuses pointwise chains into one kernel and,
+    with `mode="reduce-overhead"`, replays CUDA graphs), CUDA graphs for static step loops,
+    fused operators (fused optimizers, fused layer norms), and larger batches so each kernel
+    does more work. Move per-element Python loops into tensor operations.
+
+    ## Known false positives
+    Profiler overhead inflates host time per launch (stacks and shapes recording most), so
+    the gaps look longer than in an unprofiled run. Short gaps after a host-side sync that
+    the sync analysis did not see are counted here too.
+
+    ## Impact estimate
+    The impact is the critical path's `host_gaps_closed` what-if (host time costing nothing),
+    capped by the launch-overhead idle per step: removing launch overhead cannot save more
+    than the GPU waited for launches.
+    """
+
+    code = "TA003"
+    slug = "launch-overhead"
+    title = "Launch-overhead bound: tiny kernels, GPU waits for each launch"
+    category = "launch_overhead"
+    default_severity = Severity.WARNING
+    advice = (
+        "Launch fewer, larger kernels: torch.compile (fusion, CUDA graphs with "
+        'mode="reduce-overhead"), CUDA graphs for static loops, fused ops, larger batches.'
+    )
+
+    @dataclass(frozen=True, slots=True)
+    class Thresholds:
+        min_launch_idle_share: float = field(
+            default=0.10,
+            metadata={"help": "launch-overhead idle as a share of the window that triggers it"},
+        )
+        min_kernels: int = field(
+            default=100,
+            metadata={"help": "kernels a device must run in the window (nsys-ai: 100 launches)"},
+        )
+
+    # 120 one-microsecond kernels, each launched only after the previous one ended
+    example_bad: ClassVar[list[Event]] = [
+        step(1, 100, 700),
+        *[ev for i in range(120) for ev in launched(108 + 5 * i, 110 + 5 * i, 1, i + 1, _ADD)],
+    ]
+    # the same launches feed 40 µs kernels: the queue never runs dry
+    example_good: ClassVar[list[Event]] = [
+        step(1, 100, 5000),
+        *[ev for i in range(120) for ev in launched(108 + 5 * i, 110 + 40 * i, 40, i + 1, _ADD)],
+    ]
+
+    def check(self, ctx: Context, t: Thresholds) -> Iterable[Finding]:
+        for d in ctx.devices():
+            window = d["window_ns"]
+            launch = d["launch_overhead_ns"]
+            count = d["kernel_count"]
+            if not window or count < t.min_kernels or launch / window < t.min_launch_idle_share:
+                continue
+            mean_kernel = d["kernel_ns"] // count
+            yield self.finding(
+                ctx,
+                f"rank {d['rank']} GPU {d['device']}: idle {launch / window:.0%} of a "
+                f"{window / 1e6:.1f} ms window in {d['gap_count']} short launch gaps; "
+                f"{count} kernels averaging {mean_kernel / 1e3:.1f} µs",
+                {
+                    "window_ns": window,
+                    "launch_overhead_ns": launch,
+                    "launch_overhead_share": launch / window,
+                    "kernel_count": count,
+                    "mean_kernel_ns": mean_kernel,
+                    "small_kernel_count_share": ctx.metrics.small_kernel_count_share,
+                    "small_kernel_time_share": ctx.metrics.small_kernel_time_share,
+                    "threshold_share": t.min_launch_idle_share,
+                },
+                Scope(d["rank"], d["device"]),
+                _impact(ctx, d["rank"], d["device"], launch),
+            )
+
+
+def _impact(ctx: Context, rank: int, device: int, launch_ns: int) -> int | None:
+    """The critical path's saving with host time closed, but no more than the launch-overhead
+    idle per step."""
+    saving = ctx.saving(rank, "host_gaps_closed")
+    per_step = ctx.per_step(launch_ns, rank, device)
+    if saving is None or per_step is None:
+        return saving if per_step is None else per_step
+    return min(saving, per_step)

@@ -1,0 +1,168 @@
+"""TA005: GEMM-class time that does not run on Tensor Cores."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import polars as pl
+
+from traceanalyzer.rules.base import Context, Finding, Rule, Scope, Severity
+from traceanalyzer.rules.examples import Event, launched, step
+
+_SGEMM = "volta_sgemm_128x64_nn"
+_TC_GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_nn_n_tilesize128x128x64_warpgroupsize1x1x1"
+_ADD = "void at::native::vectorized_elementwise_kernel<4, at::native::add_kernel>"
+
+
+class NoTensorCores(Rule):
+    """Matrix multiplies run on the slow path: GEMM time off the Tensor Cores.
+
+    ## What it detects
+    The share of GEMM-class time (matrix multiply, convolution, attention) whose kernels the
+    Tensor Core analysis judged not to run on Tensor Cores (time it could not decide is left
+    out), where GEMMs are a meaningful share of kernel time. The evidence names the kernels
+    and why they were judged so: SIMT names (`volta_sgemm_*`, `implicit_convolve_sgemm`,
+    `*_scudnn_*`, `ffma`, legacy cuDNN engines), or an FP32 launching operator with no TF32
+    token in the kernel name. FP32 without TF32 is the usual cause; 16-bit GEMMs that still
+    miss the Tensor Cores usually have odd dimensions (see TA006).
+
+    ## Why it matters
+    Tensor Cores deliver 8–16x the FP32 SIMT throughput (an H100 does ~67 TFLOP/s FP32 and
+    ~990 TFLOP/s dense BF16). A model whose GEMMs run in FP32 on SIMT units leaves most of the
+    GPU unused, however busy it looks.
+
+    ## How to fix
+    Train under `torch.autocast(device_type="cuda", dtype=torch.bfloat16)` (or float16 with
+    a GradScaler before Ampere); for FP32 models allow TF32:
+    `torch.backends.cuda.matmul.allow_tf32 = True`, `torch.backends.cudnn.allow_tf32 = True`
+    or `torch.set_float32_matmul_precision("high")`. Pad GEMM dimensions to multiples of 8
+    (16-bit) or 16 (8-bit). GPUs before Volta have no Tensor Cores.
+
+    ## Known false positives
+    Some small or oddly shaped GEMMs run on SIMT kernels by the library's choice, and FP64
+    work never uses them on consumer GPUs. Kernel names are evidence, not proof: a library
+    may name a Tensor Core kernel in a way the table does not know.
+
+    ## Impact estimate
+    The critical path's `gemm_2x` what-if (GEMM-class kernels twice as fast), scaled by the
+    share of GEMM time off the Tensor Cores. It is a conservative proxy: moving FP32 SIMT
+    GEMMs to TF32 or BF16 Tensor Cores usually speeds them up by more than 2x, but the
+    critical path was only recomputed for 2x.
+    """
+
+    code = "TA005"
+    slug = "no-tensor-cores"
+    title = "GEMMs not on Tensor Cores"
+    category = "no_tensor_cores"
+    default_severity = Severity.WARNING
+    advice = (
+        "Use bf16 autocast, or allow TF32 for FP32 matmuls "
+        '(torch.set_float32_matmul_precision("high"), torch.backends.cudnn.allow_tf32); '
+        "pad GEMM dims to multiples of 8."
+    )
+
+    @dataclass(frozen=True, slots=True)
+    class Thresholds:
+        min_non_tc_share: float = field(
+            default=0.30,
+            metadata={"help": "GEMM time off Tensor Cores, as a share of GEMM time, to trigger"},
+        )
+        min_gemm_share: float = field(
+            default=0.10,
+            metadata={"help": "GEMM time as a share of kernel time for GEMMs to matter"},
+        )
+        top_kernels: int = field(default=3, metadata={"help": "kernels listed as evidence"})
+
+    # the host queues the step's work in 20 µs; the GPU then runs it back to back
+    example_bad: ClassVar[list[Event]] = [
+        step(1, 100, 20),
+        *launched(105, 110, 300, 1, _SGEMM),
+        *launched(110, 410, 50, 2, _ADD),
+    ]
+    example_good: ClassVar[list[Event]] = [
+        step(1, 100, 20),
+        *launched(105, 110, 300, 1, _TC_GEMM),
+        *launched(110, 410, 50, 2, _ADD),
+    ]
+
+    def check(self, ctx: Context, t: Thresholds) -> Iterable[Finding]:
+        for d in ctx.devices():
+            gemm, kernel = d["gemm_ns"] or 0, d["kernel_ns"] or 0
+            off = gemm - (d["tc_ns"] or 0) - (d["unknown_ns"] or 0)
+            if not gemm or not kernel or gemm / kernel < t.min_gemm_share:
+                continue
+            if off <= 0 or off / gemm < t.min_non_tc_share:
+                continue
+            rank, device = d["rank"], d["device"]
+            kernels = _non_tc_kernels(ctx, rank, device, t.top_kernels)
+            fp32 = any(
+                k["op_dtype"] == "fp32" or "sgemm" in k["name"].lower() or "scudnn" in k["evidence"]
+                for k in kernels
+            )
+            half = any(k["op_dtype"] == "half" for k in kernels)
+            odd = _has_odd_shapes(ctx, rank, device)
+            why = "; ".join(f"{_short(k['name'])} ({k['evidence']})" for k in kernels)
+            saving = ctx.saving(rank, "gemm_2x")
+            yield self.finding(
+                ctx,
+                f"rank {rank} GPU {device}: {off / gemm:.0%} of GEMM time ({off / 1e6:.2f} ms) "
+                f"is off the Tensor Cores; GEMMs are {gemm / kernel:.0%} of kernel time"
+                + (f"; e.g. {why}" if why else "")
+                + ("; misaligned shapes, see TA006" if odd else ""),
+                {
+                    "gemm_ns": gemm,
+                    "tc_ns": d["tc_ns"],
+                    "unknown_ns": d["unknown_ns"],
+                    "non_tc_ns": off,
+                    "non_tc_share_of_gemm": off / gemm,
+                    "gemm_share_of_kernel": gemm / kernel,
+                    "kernels": kernels,
+                    "fp32_without_tf32": fp32,
+                    "half_precision_off_tc": half,
+                    "odd_shapes": odd,
+                    "threshold_share": t.min_non_tc_share,
+                },
+                Scope(rank, device),
+                round(saving * off / gemm) if saving is not None else None,
+                _advice(fp32, half, odd),
+            )
+
+
+def _non_tc_kernels(ctx: Context, rank: int, device: int, n: int) -> list[dict[str, Any]]:
+    """The GEMM kernels judged off the Tensor Cores, with their evidence."""
+    cols = ["name", "evidence", "op_dtype", "count", "total_ns"]
+    mine = ctx.metrics.non_tc_gemms.filter((pl.col("rank") == rank) & (pl.col("device") == device))
+    return mine.head(n).select(cols).to_dicts()
+
+
+def _has_odd_shapes(ctx: Context, rank: int, device: int) -> bool:
+    shapes = ctx.metrics.matmul_shapes
+    return (
+        shapes.filter(
+            (pl.col("rank") == rank)
+            & (pl.col("device") == device)
+            & pl.col("misaligned").is_not_null()
+        ).height
+        > 0
+    )
+
+
+def _short(name: str, width: int = 48) -> str:
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
+def _advice(fp32: bool, half: bool, odd: bool) -> str | None:
+    if half and odd and not fp32:
+        return (
+            "The GEMMs are 16-bit but miss the Tensor Cores: pad their dimensions to "
+            "multiples of 8 (see TA006)."
+        )
+    if fp32:
+        return (
+            "The GEMMs run in FP32 on SIMT units: use bf16 autocast, or allow TF32 "
+            '(torch.set_float32_matmul_precision("high"), torch.backends.cudnn.allow_tf32 = '
+            "True)."
+        )
+    return None

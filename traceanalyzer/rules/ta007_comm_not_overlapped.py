@@ -1,0 +1,126 @@
+"""TA007: communication on the critical path instead of under compute."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import polars as pl
+
+from traceanalyzer.rules.base import Context, Finding, Rule, Scope, Severity
+from traceanalyzer.rules.examples import Event, kernel, launch, launched, step
+
+_ALLREDUCE = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"
+_GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32"
+
+
+class CommNotOverlapped(Rule):
+    """Collectives run while no compute runs: communication is exposed.
+
+    ## What it detects
+    Per device, the time communication kernels (NCCL and the like) run with no compute
+    kernel beside them (`exposed_comm_ns`), as a share of the analysed window, with the
+    share of communication that does overlap compute. TensorBoard's profiler flags
+    communication above 10 % of the step; nsys-ai flags NCCL overlap below 30 %. Where the
+    ranks' collectives show waiting for a slower rank (TA008), the evidence says how much of
+    the communication time was waiting.
+
+    ## Why it matters
+    Exposed communication adds straight to step time, and it grows with the number of
+    ranks. Data-parallel training can hide most of the gradient all-reduce under the backward
+    pass; when it does not, scaling out buys little.
+
+    ## How to fix
+    Let DDP overlap: keep its gradient bucketing (`bucket_cap_mb`), do not call a manual
+    `all_reduce` after `backward()`, avoid `no_sync` misuse; with FSDP enable
+    `backward_prefetch` / `forward_prefetch` and limit all-gathers in flight; larger
+    micro-batches give more compute to hide communication under.
+
+    ## Known false positives
+    Collectives that must be exposed (the loss all-reduce, a final gather for logging), and
+    communication kernels that wait for a slower rank: that time is exposed but is fixed by
+    balancing the ranks (TA008), not by overlapping.
+
+    ## Impact estimate
+    The critical path's `exposed_comm_hidden` what-if: communication and collective waits
+    cost nothing. Where host time bounds the step, hiding communication saves little.
+    """
+
+    code = "TA007"
+    slug = "comm-not-overlapped"
+    title = "Communication not overlapped with compute"
+    category = "comm_not_overlapped"
+    default_severity = Severity.WARNING
+    advice = (
+        "Overlap collectives with compute: keep DDP gradient bucketing (no manual all_reduce "
+        "after backward), FSDP backward/forward prefetch, larger micro-batches."
+    )
+
+    @dataclass(frozen=True, slots=True)
+    class Thresholds:
+        min_exposed_comm_share: float = field(
+            default=0.10,
+            metadata={"help": "exposed communication as a share of the window to trigger"},
+        )
+
+    # the gradient all-reduce runs after the backward GEMM, alone
+    example_bad: ClassVar[list[Event]] = [
+        step(1, 100, 20),
+        *launched(105, 110, 200, 1, _GEMM),
+        *launched(108, 310, 200, 2, _ALLREDUCE),
+    ]
+    # the same all-reduce runs under the backward GEMM, on its own stream
+    example_good: ClassVar[list[Event]] = [
+        step(1, 100, 20),
+        *launched(105, 110, 400, 1, _GEMM),
+        launch(110, 2, 2),
+        kernel(120, 200, _ALLREDUCE, stream=20, corr=2),
+    ]
+
+    def check(self, ctx: Context, t: Thresholds) -> Iterable[Finding]:
+        waits = {r["rank"]: r["wait_ns"] for r in ctx.metrics.rank_waits.to_dicts()}
+        for d in ctx.devices():
+            window, comm, exposed = d["window_ns"], d["comm_ns"] or 0, d["exposed_comm_ns"] or 0
+            if not window or not comm or exposed / window < t.min_exposed_comm_share:
+                continue
+            rank, device = d["rank"], d["device"]
+            colls = ctx.metrics.collectives.filter(
+                (pl.col("rank") == rank) & (pl.col("device") == device)
+            ).sort("exposed_ns", descending=True)
+            top = [
+                {
+                    "collective": str(c["collective"]),
+                    "count": c["count"],
+                    "total_ns": c["total_ns"],
+                    "exposed_ns": c["exposed_ns"],
+                }
+                for c in colls.iter_rows(named=True)
+            ]
+            wait = waits.get(rank)
+            which = ", ".join(f"{c['collective']} {c['exposed_ns'] / 1e6:.2f} ms" for c in top[:3])
+            share = d["overlap_share"]
+            yield self.finding(
+                ctx,
+                f"rank {rank} GPU {device}: {exposed / 1e6:.2f} ms of communication "
+                f"({exposed / window:.0%} of the window) runs with no compute beside it; "
+                f"{share:.0%} of communication overlaps compute"
+                + (f" ({which})" if which else "")
+                + (
+                    f"; {wait / 1e6:.2f} ms of collective time was waiting for other ranks"
+                    if wait
+                    else ""
+                ),
+                {
+                    "window_ns": window,
+                    "comm_ns": comm,
+                    "exposed_comm_ns": exposed,
+                    "exposed_comm_share": exposed / window,
+                    "overlap_share": share,
+                    "collectives": top,
+                    "rank_wait_ns": wait,
+                    "threshold_share": t.min_exposed_comm_share,
+                },
+                Scope(rank, device),
+                ctx.saving(rank, "exposed_comm_hidden"),
+            )

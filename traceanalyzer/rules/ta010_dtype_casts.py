@@ -1,0 +1,109 @@
+"""TA010: a large share of kernel time in copy and cast kernels."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import polars as pl
+
+from traceanalyzer.analyses.classify import class_of
+from traceanalyzer.rules.base import Context, Finding, Rule, Severity
+from traceanalyzer.rules.examples import Event, launched, step
+
+_CAST = "void at::native::vectorized_elementwise_kernel<8, at::native::bfloat16_copy_kernel_cuda>"
+_GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32"
+
+
+class DtypeCasts(Rule):
+    """Copy and dtype-cast kernels take a large share of GPU time.
+
+    ## What it detects
+    The share of compute kernel time (communication left out) in the `copy_cast` class:
+    dtype casts (`bfloat16_copy_kernel`, `direct_copy_kernel`), `.contiguous()` copies,
+    `torch.cat`, transposes and permutes, (de)quantisation. The evidence names the top
+    copy/cast kernels among the trace's top kernels.
+
+    ## Why it matters
+    Casts and copies do no useful math: they read and write whole tensors. Under
+    `torch.autocast` every FP32 weight is cast to 16-bit on every use, every step, and
+    outputs often go back to FP32 (the loss, the logits). At small batch sizes that traffic
+    can rival the matmuls themselves.
+
+    ## How to fix
+    Keep weights in bf16 where it is numerically safe (bf16 parameters with an FP32 master
+    copy in the optimizer, or FSDP `MixedPrecision(param_dtype=torch.bfloat16)`), leave
+    autocast's weight-cast cache on, avoid `.float()` round trips, avoid `.contiguous()` after
+    permutes the next op accepts anyway, and let `torch.compile` fuse casts into their
+    producers and consumers.
+
+    ## Known false positives
+    Copies the algorithm needs (concatenating KV caches, gathering embeddings), and the
+    kernel-name heuristics: a kernel whose name contains `copy` or `cast` is counted here
+    even if it does more.
+
+    ## Impact estimate
+    The copy/cast kernel time on the critical path per step (mean over steps, worst rank):
+    an honest upper bound, since removing the casts cannot save more than they take on the
+    path. Where host time bounds the step, it is near zero.
+    """
+
+    code = "TA010"
+    slug = "dtype-casts"
+    title = "Much kernel time in copy and dtype-cast kernels"
+    category = "dtype_casts"
+    default_severity = Severity.WARNING
+    advice = (
+        "Cut casts and copies: keep weights in bf16 where safe (FP32 master copy in the "
+        "optimizer), keep autocast's cast cache, avoid .float()/.contiguous() round trips, "
+        "torch.compile to fuse casts."
+    )
+
+    @dataclass(frozen=True, slots=True)
+    class Thresholds:
+        min_copy_cast_share: float = field(
+            default=0.10,
+            metadata={"help": "copy/cast kernel time as a share of compute (non-comm) time"},
+        )
+
+    example_bad: ClassVar[list[Event]] = [
+        step(1, 100, 500),
+        *launched(105, 110, 100, 1, _CAST),
+        *launched(110, 210, 200, 2, _GEMM),
+    ]
+    example_good: ClassVar[list[Event]] = [
+        step(1, 100, 500),
+        *launched(105, 110, 10, 1, _CAST),
+        *launched(110, 120, 300, 2, _GEMM),
+    ]
+
+    def check(self, ctx: Context, t: Thresholds) -> Iterable[Finding]:
+        m = ctx.metrics
+        classes = {r["kernel_class"]: r for r in m.kernel_classes.to_dicts()}
+        compute = sum(r["total_ns"] for c, r in classes.items() if c != "comm")
+        casts = classes.get("copy_cast", {"total_ns": 0, "count": 0})
+        if not compute or casts["total_ns"] / compute < t.min_copy_cast_share:
+            return
+        top = m.top_kernels.filter(class_of(pl.col("name")) == "copy_cast").head(3)
+        names = top.select("name", "count", "total_ns").to_dicts()
+        impact = None
+        if m.critical_steps.height:
+            by_rank = m.critical_steps.group_by("rank").agg(pl.col("gpu_copy_cast_ns").mean())
+            impact = round(float(by_rank["gpu_copy_cast_ns"].max() or 0))  # type: ignore[arg-type]
+        yield self.finding(
+            ctx,
+            f"{casts['total_ns'] / compute:.0%} of compute kernel time "
+            f"({casts['total_ns'] / 1e6:.2f} ms in {casts['count']} kernels) is copies and "
+            f"dtype casts",
+            {
+                "copy_cast_ns": casts["total_ns"],
+                "copy_cast_count": casts["count"],
+                "compute_kernel_ns": compute,
+                "copy_cast_share": casts["total_ns"] / compute,
+                "top_kernels": names,
+                "threshold_share": t.min_copy_cast_share,
+            },
+            None,
+            impact,
+        )

@@ -1,0 +1,108 @@
+"""TA011: allocated memory grows step over step."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import polars as pl
+
+from traceanalyzer.rules.base import Context, Finding, Rule, Scope, Severity
+from traceanalyzer.rules.examples import Event, launched, memory, step
+
+
+def _leaky(grow: bool) -> list[Event]:
+    events: list[Event] = []
+    for n in range(4):
+        t = 100.0 + 200 * n
+        base = 1_000_000_000 + (n * 256_000_000 if grow else 0)
+        events += [
+            step(n + 1, t, 200),
+            *launched(t + 5, t + 10, 50, n + 1, "gemm"),
+            memory(t + 20, base + 512_000_000),  # activations allocated
+            memory(t + 150, base),  # and freed
+        ]
+    return events
+
+
+class MemoryGrowth(Rule):
+    """Allocated GPU memory grows from step to step.
+
+    ## What it detects
+    Traces recorded with `profile_memory=True` carry an event per allocation and free, with
+    the device's total allocated bytes. Within a healthy step the total rises and falls back
+    (a sawtooth). This rule compares each step's peak: if it rises in most step-to-step
+    changes and the growth is large, memory is being kept alive across steps.
+
+    ## Why it matters
+    A leak ends in an out-of-memory error after enough steps, and before that it fragments
+    the caching allocator, which then spends time in cudaMalloc/cudaFree and synchronises.
+
+    ## How to fix
+    Look for tensors that outlive the step: losses or outputs appended to a Python list
+    without `.detach()` or `.item()` (each keeps its whole autograd graph), growing caches,
+    hooks that store activations. `torch.cuda.memory._record_memory_history()` and the
+    memory snapshot viewer show who allocated what.
+
+    ## Known false positives
+    Warm-up: the first steps legitimately grow (optimizer state, cuDNN workspaces, the
+    allocator's cache), so traces of the first few steps can look like a leak. Variable
+    sequence lengths make peaks move both ways.
+    """
+
+    code = "TA011"
+    slug = "memory-growth"
+    title = "GPU memory grows step over step"
+    category = "memory_growth"
+    default_severity = Severity.WARNING
+    advice = (
+        "Find what outlives the step: stored losses or outputs without .detach()/.item(), "
+        "growing caches, hooks keeping activations; a memory snapshot shows the allocator."
+    )
+
+    @dataclass(frozen=True, slots=True)
+    class Thresholds:
+        min_growth_bytes: int = field(
+            default=64 * 1024 * 1024,
+            metadata={"help": "growth of the step peak from first to last step, bytes"},
+        )
+        min_rising_share: float = field(
+            default=0.75,
+            metadata={"help": "share of step-to-step changes in which the peak must rise"},
+        )
+        min_steps: int = field(
+            default=3, metadata={"help": "steps with memory events needed to judge"}
+        )
+
+    example_bad: ClassVar[list[Event]] = _leaky(grow=True)
+    example_good: ClassVar[list[Event]] = _leaky(grow=False)
+
+    def check(self, ctx: Context, t: Thresholds) -> Iterable[Finding]:
+        rows = ctx.metrics.memory_growth.filter(
+            (pl.col("steps") >= t.min_steps)
+            & (pl.col("growth_bytes") >= t.min_growth_bytes)
+            & (pl.col("rising_share") >= t.min_rising_share)
+        )
+        for g in rows.iter_rows(named=True):
+            peaks = ctx.metrics.memory_peaks.filter(
+                (pl.col("rank") == g["rank"]) & (pl.col("device") == g["device"])
+            )
+            yield self.finding(
+                ctx,
+                f"rank {g['rank']} GPU {g['device']}: the step peak of allocated memory grew "
+                f"by {g['growth_bytes'] / 2**20:.0f} MiB over {g['steps']} steps "
+                f"(~{(g['per_step_bytes'] or 0) / 2**20:.0f} MiB per step, rising in "
+                f"{g['rising_share']:.0%} of steps)",
+                {
+                    "steps": g["steps"],
+                    "first_peak_bytes": g["first_peak_bytes"],
+                    "last_peak_bytes": g["last_peak_bytes"],
+                    "growth_bytes": g["growth_bytes"],
+                    "per_step_bytes": g["per_step_bytes"],
+                    "rising_share": g["rising_share"],
+                    "step_peaks_bytes": peaks["peak_bytes"].to_list(),
+                },
+                Scope(g["rank"], g["device"]),
+                None,  # memory growth costs no step time until it runs out
+            )

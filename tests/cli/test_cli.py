@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -138,3 +139,28 @@ def test_bad_step_pattern_is_an_input_error(tmp_path: Path) -> None:
     trace = write_trace(tmp_path / "t.json", EVENTS)
     code, _, err = _run("report", str(trace), "--step-pattern", "step_(")
     assert code == 2 and "--step-pattern" in err and "Traceback" not in err
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_terminal_uses_tables_on_a_tty_and_plain_text_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from traceanalyzer import api
+    from traceanalyzer.render import RENDERERS
+
+    rep = api.report(write_trace(tmp_path / "t.json", EVENTS))
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    tty = _Tty()
+    RENDERERS["terminal"].render(rep, tty)
+    assert "┏" in tty.getvalue() and "severity" in tty.getvalue()
+    monkeypatch.setenv("NO_COLOR", "1")
+    plain = _Tty()
+    RENDERERS["terminal"].render(rep, plain)
+    assert "┏" not in plain.getvalue() and "\x1b[" not in plain.getvalue()
+    piped = io.StringIO()
+    RENDERERS["terminal"].render(rep, piped)
+    assert piped.getvalue() == plain.getvalue()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import TextIO
 
 from traceanalyzer.render.units import duration, percent, printable
@@ -11,14 +12,56 @@ NAME_WIDTH = 90
 
 
 class TerminalRenderer:
-    """The default `report` output."""
+    """The default `report` output: rich tables and colour on a terminal, plain text at a
+    fixed width when piped or when NO_COLOR is set (stable for tests and scripts)."""
 
     name = "terminal"
     suffix = ".txt"
 
     def render(self, report: Report, out: TextIO) -> None:
         """Write the report as sections of aligned text."""
-        out.write("\n".join(_lines(report)) + "\n")
+        if _colour(out):
+            _render_rich(report, out)
+        else:
+            out.write("\n".join(_lines(report)) + "\n")
+
+
+def _colour(out: TextIO) -> bool:
+    isatty = getattr(out, "isatty", None)
+    return bool(isatty and isatty()) and not os.environ.get("NO_COLOR")
+
+
+_SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def _render_rich(r: Report, out: TextIO) -> None:
+    """The same report for a terminal: diagnoses and devices as tables, sections in bold."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = Console(file=out, highlight=False, soft_wrap=False)
+    lines = _lines(r)
+    head = lines[: lines.index("Diagnoses (most impactful first)") - 1]
+    for line in head:
+        console.print(Text(line))
+    table = Table(title="Diagnoses (most impactful first)", title_justify="left", expand=True)
+    for col in ("severity", "rule", "finding", "saves/step"):
+        table.add_column(col, overflow="fold")
+    for f in r.findings:
+        table.add_row(
+            Text(f.severity.value, style=_SEVERITY_STYLE[f.severity.value]),
+            f.rule,
+            Text(f"{f.title}\n{printable(f.message, 300)}\n-> {printable(f.advice, 300)}"),
+            "n/a" if f.impact_ns is None else duration(f.impact_ns),
+        )
+    if not r.findings:
+        table.add_row("", "", "none: no rule fired", "")
+    console.print(table)
+    rest = lines[lines.index("GPU time per device (inside the window)") :]
+    for line in rest:
+        style = "bold" if line and not line.startswith(" ") else None
+        console.print(Text(line, style=style or ""))
 
 
 def _lines(r: Report) -> list[str]:

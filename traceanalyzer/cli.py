@@ -6,10 +6,17 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
+import orjson
+import polars as pl
+from rich.console import Console
 
 from traceanalyzer import __version__, api
+from traceanalyzer.batch import write_summary
+from traceanalyzer.compare import compare as compare_reports
+from traceanalyzer.compare import load_report, render_text
 from traceanalyzer.config import load_settings
 from traceanalyzer.errors import TraceAnalyzerError
 from traceanalyzer.model.schema import schema_markdown
@@ -108,6 +115,136 @@ def report(
     _run(job, debug)
 
 
+@cli.command()
+@click.argument("trace", type=click.Path(path_type=str))
+@click.option(
+    "-o",
+    "--output",
+    required=True,
+    help="The annotated trace (gzip JSON), e.g. annotated.json.gz; a folder for a folder of "
+    "rank traces.",
+)
+@click.option("--step-pattern", default=None, metavar="REGEX", help="As for `report`.")
+@click.option(
+    "--config",
+    "config",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Settings file (default: ./traceanalyzer.toml or ./pyproject.toml).",
+)
+@click.option(
+    "--set", "overrides", multiple=True, metavar="CODE.NAME=VALUE", help="As for `report`."
+)
+@click.option("--debug", is_flag=True, help="Show tracebacks for input errors.")
+def annotate(
+    trace: str,
+    output: str,
+    step_pattern: str | None,
+    config: Path | None,
+    overrides: tuple[str, ...],
+    debug: bool,
+) -> None:
+    """Write TRACE back with what the analysis found, for Perfetto or chrome://tracing:
+    counter tracks (busy, idle by cause, exposed communication) and a marker per finding."""
+
+    def job() -> None:
+        from traceanalyzer.annotate import annotate as run
+
+        settings = load_settings(config, overrides, None)
+        for done in run(trace, output, settings=settings, step_pattern=step_pattern):
+            click.echo(f"{done.path}: {done.counters} counter samples, {done.markers} markers")
+
+    _run(job, debug)
+
+
+@cli.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.option(
+    "--out-dir",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Folder for summary.parquet/csv, per-run reports and the cache.",
+)
+@click.option(
+    "--summary-format",
+    type=click.Choice(["parquet", "csv"]),
+    default="parquet",
+    show_default=True,
+    help="Format of the summary table.",
+)
+@click.option(
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Worker processes (default: all cores).",
+)
+@click.option("--html", is_flag=True, help="Also write an HTML report per run.")
+@click.option("--no-cache", is_flag=True, help="Analyse every run again, even unchanged ones.")
+@click.option(
+    "--dask-scheduler",
+    default=None,
+    metavar="ADDR",
+    help="Send the runs to this dask.distributed scheduler (pip install 'traceanalyzer[dask]').",
+)
+@click.option("--debug", is_flag=True, help="Show tracebacks for input errors.")
+def batch(
+    paths: tuple[str, ...],
+    out_dir: Path,
+    summary_format: str,
+    jobs: int | None,
+    html: bool,
+    no_cache: bool,
+    dask_scheduler: str | None,
+    debug: bool,
+) -> None:
+    """Analyse many runs (PATHS: trace files, folders, globs, .tar/.tar.gz/.zip archives)
+    into one summary table; exit 1 when any run failed."""
+
+    def job() -> None:
+        summary = run_batch_with_progress(
+            list(paths),
+            out_dir,
+            jobs=jobs,
+            html=html,
+            cache=not no_cache,
+            dask_scheduler=dask_scheduler,
+        )
+        table = write_summary(summary, out_dir, summary_format)
+        failed = summary.filter(summary["error"].is_not_null())
+        click.echo(f"{summary.height} runs, {failed.height} failed; summary: {table}")
+        for run, error in failed.select("run", "error").iter_rows():
+            click.echo(f"  failed: {run}: {error}", err=True)
+        if failed.height:
+            sys.exit(EXIT_FINDINGS)
+
+    _run(job, debug)
+
+
+@cli.command()
+@click.argument("before")
+@click.argument("after")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["terminal", "json"]),
+    default="terminal",
+    show_default=True,
+)
+@click.option("--debug", is_flag=True, help="Show tracebacks for input errors.")
+def compare(before: str, after: str, fmt: str, debug: bool) -> None:
+    """Show what changed from BEFORE to AFTER: traces, report JSON files, or batch summary
+    rows as SUMMARY.parquet#RUN."""
+
+    def job() -> None:
+        diff = compare_reports(load_report(before), load_report(after))
+        if fmt == "json":
+            click.echo(orjson.dumps(diff, option=orjson.OPT_INDENT_2).decode())
+        else:
+            click.echo(render_text(diff), nl=False)
+
+    _run(job, debug)
+
+
 @cli.command(name="rules")
 def list_rules() -> None:
     """List the diagnosis rules."""
@@ -158,6 +295,32 @@ def _run(job: Callable[[], None], debug: bool) -> None:
         )
         traceback.print_exc()
         sys.exit(EXIT_INTERNAL)
+
+
+def run_batch_with_progress(args: list[str], out_dir: Path, **options: Any) -> pl.DataFrame:
+    """run_batch with a progress bar (runs done, failures, ETA) on stderr when it is a TTY."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from traceanalyzer.batch import run_batch
+
+    failures = 0
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TextColumn("failed {task.fields[failed]}"),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        disable=not sys.stderr.isatty(),
+    ) as progress:
+        task = progress.add_task("analysing", total=None, failed=0)
+
+        def step(row: dict[str, Any], total: int) -> None:
+            nonlocal failures
+            failures += row.get("error") is not None
+            progress.update(task, total=total, advance=1, failed=failures)
+
+        return run_batch(args, out_dir, on_result=step, **options)
 
 
 def main() -> None:

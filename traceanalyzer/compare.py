@@ -123,7 +123,7 @@ def render_text(diff: dict[str, Any]) -> str:
     def fmt(key: str, v: Any) -> str:
         if v is None:
             return "n/a"
-        return percent(v) if key.endswith("_share") else duration(int(v))
+        return percent(v) if "share" in key else duration(int(v))
 
     lines = [
         f"before: {diff['before']}",

@@ -164,3 +164,42 @@ def test_terminal_uses_tables_on_a_tty_and_plain_text_otherwise(
     piped = io.StringIO()
     RENDERERS["terminal"].render(rep, piped)
     assert piped.getvalue() == plain.getvalue()
+
+
+def test_report_file_is_readable_by_others(tmp_path: Path) -> None:
+    trace = write_trace(tmp_path / "t.json", EVENTS)
+    code, _, _ = _run("report", str(trace), "-o", str(tmp_path / "r.md"))
+    assert code == 0
+    assert (tmp_path / "r.md").stat().st_mode & 0o044
+
+
+def test_batch_and_compare_commands(tmp_path: Path) -> None:
+    write_trace(tmp_path / "in" / "a.json", EVENTS)
+    (tmp_path / "in" / "broken.json").write_text("{")
+    code, out, err = _run(
+        "batch",
+        str(tmp_path / "in"),
+        "--out-dir",
+        str(tmp_path / "out"),
+        "--jobs",
+        "1",
+        "--summary-format",
+        "csv",
+    )
+    assert code == 1  # a run failed
+    assert "2 runs, 1 failed" in out and "broken.json" in err
+    assert (tmp_path / "out" / "summary.csv").is_file()
+    code, out, _ = _run(
+        "compare",
+        str(tmp_path / "in" / "a.json"),
+        str(SAMPLES / "tiny_kernels.json.gz"),
+        "--format",
+        "json",
+    )
+    assert code == 0
+    diff = json.loads(out)
+    assert diff["metrics"]["kernel_ns"]["before"] == 70_000
+    assert (
+        "TA003 Launch-overhead bound: tiny kernels, GPU waits for each launch"
+        in diff["diagnoses_appeared"]
+    )

@@ -1,8 +1,10 @@
-"""Renderers: Report -> terminal text or JSON. Pick by `--format` or by the output suffix."""
+"""Renderers: Report -> terminal text, JSON, Markdown or a self-contained HTML page. Pick by
+`--format` or by the output suffix."""
 
 from __future__ import annotations
 
 from traceanalyzer.render.base import Renderer, write_report
+from traceanalyzer.render.html import HtmlRenderer
 from traceanalyzer.render.json_report import JsonRenderer
 from traceanalyzer.render.markdown import MarkdownRenderer
 from traceanalyzer.render.terminal import TerminalRenderer
@@ -11,6 +13,7 @@ RENDERERS: dict[str, Renderer] = {
     "terminal": TerminalRenderer(),
     "json": JsonRenderer(),
     "md": MarkdownRenderer(),
+    "html": HtmlRenderer(),
 }
 
 

@@ -40,7 +40,15 @@ def write_report(report: Report, renderer: Renderer, path: str | None) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             renderer.render(report, out)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a report is for sharing
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    """The process umask (read by setting it, then restoring it)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

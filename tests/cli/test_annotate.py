@@ -1,0 +1,111 @@
+"""`traceanalyzer annotate`: the trace written back with counters and finding markers."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import orjson
+from click.testing import CliRunner
+
+from tests.builders import kernel, launch, step, write_trace
+from tests.conftest import REPO
+from traceanalyzer import api
+from traceanalyzer.annotate import BUSY_COUNTER, COMM_COUNTER, MARKER_CATEGORY, annotate
+from traceanalyzer.cli import cli
+
+EVENTS = [
+    step(1, 100, 100),
+    launch(110, 2, corr=1),
+    kernel(150, 30, "<script>alert(1)</script>", corr=1),
+    step(2, 200, 100),
+    launch(210, 2, corr=2),
+    kernel(260, 40, "gemm", corr=2),
+    launch(262, 2, corr=3),
+    kernel(300, 20, "ncclKernel_AllReduce_RING_LL_Sum_float", corr=3),
+]
+
+
+def _events(path: Path) -> list[dict[str, Any]]:
+    doc = orjson.loads(gzip.decompress(path.read_bytes()))
+    events: list[dict[str, Any]] = doc["traceEvents"] if isinstance(doc, dict) else doc
+    return events
+
+
+def test_chrome_trace_gains_counters_and_markers(tmp_path: Path) -> None:
+    src = write_trace(tmp_path / "t.json", EVENTS)
+    before = src.read_bytes()
+    out = tmp_path / "annotated.json.gz"
+    result = CliRunner().invoke(cli, ["annotate", str(src), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert src.read_bytes() == before  # the input is never touched
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["annotated.json.gz", "t.json"]
+
+    events = _events(out)
+    original = json.loads(before)["traceEvents"]
+    assert events[: len(original)] == original  # every original event kept, in order
+    counters = [e for e in events if e["ph"] == "C"]
+    busy = [e for e in counters if e["name"] == BUSY_COUNTER]
+    assert len(busy) == 241  # one sample per timeline bin, then zeros at the window's end
+    assert set(busy[0]["args"]) == {"busy", "host_wait", "sync", "launch_overhead", "other"}
+    assert all(e["pid"] == 0 for e in busy)  # on GPU 0's process, beside its kernels
+    assert busy[0]["ts"] == 150.0  # the window starts at the first kernel of step 1
+    assert 0 < sum(busy[0]["args"].values()) <= 100.01
+    comm = [e for e in counters if e["name"] == COMM_COUNTER]
+    assert comm and comm[0]["args"]["exposed"] > 0
+
+    rep = api.report(src)
+    markers = [e for e in events if e["ph"] == "i" and e.get("cat") == MARKER_CATEGORY]
+    assert [m["args"]["rule"] for m in markers] == [f.rule for f in rep.findings]
+    assert all(m["args"]["message"] and m["args"]["advice"] for m in markers)
+
+
+def test_annotated_trace_reads_back_the_same(tmp_path: Path) -> None:
+    src = write_trace(tmp_path / "t.json", EVENTS, gzip=True)
+    out = tmp_path / "a" / "annotated.json.gz"
+    annotate(src, out)
+    first, again = api.report(src), api.report(out)
+    assert again.devices == first.devices
+    assert again.kernels == first.kernels
+    assert again.steps == first.steps
+
+
+def test_folder_of_ranks_writes_one_file_per_rank(tmp_path: Path) -> None:
+    job = REPO / "sample_traces" / "sampled_2rank"
+    done = annotate(job, tmp_path / "out")
+    assert sorted(d.path.name for d in done) == [
+        "sampled_rank-0.annotated.json.gz",
+        "sampled_rank-1.annotated.json.gz",
+    ]
+    for d in done:
+        assert d.counters > 0
+        assert any(e["ph"] == "C" for e in _events(d.path))
+
+
+def test_nsys_export_becomes_a_chrome_trace(tmp_path: Path) -> None:
+    db = tmp_path / "two_ranks.sqlite"
+    con = sqlite3.connect(db)
+    con.executescript((REPO / "tests" / "data" / "nsys" / "two_ranks.sql").read_text())
+    con.commit()
+    con.close()
+    out = tmp_path / "nsys.json.gz"
+    result = CliRunner().invoke(cli, ["annotate", str(db), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    events = _events(out)
+    assert {"X", "C"} <= {e["ph"] for e in events}
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    assert kernels and all(isinstance(e["ts"], float) for e in kernels)
+    original = api.report(db)
+    assert api.report(out).kernels["count"] == original.kernels["count"]
+
+
+def test_bad_input_is_one_error_line(tmp_path: Path) -> None:
+    bad = tmp_path / "x.json"
+    bad.write_text("not json")
+    result = CliRunner().invoke(cli, ["annotate", str(bad), "-o", str(tmp_path / "o.json.gz")])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error:")
+    assert not (tmp_path / "o.json.gz").exists()

@@ -1,0 +1,105 @@
+"""The HTML post-mortem in a real browser: headless chromium, offline, from file://.
+
+Skips where chromium is not installed (`.ci/run` installs Debian's package). Chromium logs
+every console message, errors and Content-Security-Policy violations included, as a
+`:CONSOLE` line on stderr with `--enable-logging=stderr`; the page must log none.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from matplotlib import image
+
+from tests.conftest import SAMPLES
+from tests.render.helpers import SCRIPT_NAME, evil_trace, external_references, page_for, parse
+from tests.render.test_html import SECTIONS
+
+BROWSER = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(BROWSER is None, reason="chromium is not installed")
+
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-extensions",
+    "--disable-default-apps",
+    "--hide-scrollbars",
+    "--enable-logging=stderr",
+    "--v=0",
+]
+
+
+def chromium(page: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run headless chromium on `page` with a fresh profile; stdout and stderr as text."""
+    assert BROWSER is not None
+    profile = tempfile.mkdtemp(prefix="profile-", dir=tmp_path)
+    cmd = [BROWSER, *FLAGS, f"--user-data-dir={profile}", *args, page.resolve().as_uri()]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+
+
+def console_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if ":CONSOLE" in line or "Uncaught" in line]
+
+
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("pages")
+    out = {}
+    for name, src in (
+        ("healthy", SAMPLES / "train_bf16_healthy.json.gz"),
+        ("evil", evil_trace(root)),
+    ):
+        path = root / f"{name}.html"
+        path.write_text(page_for(src), encoding="utf-8")
+        out[name] = path
+    return out
+
+
+def test_console_check_catches_errors(tmp_path: Path) -> None:
+    """The negative control: a page with a script error and a blocked fetch is caught."""
+    bad = tmp_path / "bad.html"
+    bad.write_text(
+        "<!DOCTYPE html><meta http-equiv='Content-Security-Policy' content=\"default-src 'none'\">"
+        "<img src='https://example.invalid/x.png'><p>x</p>"
+    )
+    assert console_lines(chromium(bad, tmp_path, "--dump-dom").stderr)
+
+
+@pytest.mark.parametrize("name", ["healthy", "evil"])
+def test_dom_has_the_sections_and_no_console_errors(
+    name: str, pages: dict[str, Path], tmp_path: Path
+) -> None:
+    run = chromium(pages[name], tmp_path, "--dump-dom")
+    assert run.returncode == 0, run.stderr[-2000:]
+    dom = run.stdout
+    ids = {a.get("id") for _t, a in parse(dom).tags}
+    assert set(SECTIONS) <= ids
+    assert console_lines(run.stderr) == []
+    # The sort script ran (CSP allowed it by hash): it made the headers focusable.
+    assert 'tabindex="0"' in dom
+    assert external_references(dom) == []
+    if name == "evil":
+        assert SCRIPT_NAME not in dom and "<img" not in dom
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dom
+
+
+def test_screenshot_is_not_blank(pages: dict[str, Path], tmp_path: Path) -> None:
+    shot = tmp_path / "page.png"
+    run = chromium(pages["healthy"], tmp_path, f"--screenshot={shot}", "--window-size=1280,2000")
+    assert run.returncode == 0 and shot.exists(), run.stderr[-2000:]
+    pixels = image.imread(shot)
+    assert pixels.shape[0] >= 1000 and pixels.shape[1] >= 1000
+    colours = np.unique(pixels.reshape(-1, pixels.shape[-1])[::97], axis=0)
+    assert len(colours) > 20  # text, tables and the figures' colours, not one flat fill
+    assert console_lines(run.stderr) == []

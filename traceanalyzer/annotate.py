@@ -1,0 +1,322 @@
+"""Annotate: write a trace back, for Perfetto or chrome://tracing, with what the analysis found.
+
+Pipeline position: beside `api` (it runs the same load -> analyze -> rules -> report chain)
+and ahead of a trace viewer. For each (rank, device) it adds counter tracks ("ph": "C") at
+the report's timeline-bin resolution (busy and each idle cause as a % of the bin; exposed
+communication), and one instant marker ("ph": "i") per finding, at the start of its scope,
+carrying the message and advice. A Chrome trace keeps every original event; an Nsight
+export becomes a new Chrome trace holding the GPU work of the timeline plus the annotations.
+The input is never modified; outputs are gzip-compressed and written atomically.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+import polars as pl
+
+from traceanalyzer import __version__, api
+from traceanalyzer.analyses import DEFAULT_TOP_KERNELS, analyze
+from traceanalyzer.analyses.idle import CAUSES, LAUNCH_GAP_MAX_NS
+from traceanalyzer.config import Settings
+from traceanalyzer.errors import ReportWriteError, TraceFormatError
+from traceanalyzer.model import Timeline
+from traceanalyzer.report import Report, build_report
+from traceanalyzer.rules import run_rules
+from traceanalyzer.rules.base import Finding
+
+#: Counter names as a viewer shows them.
+BUSY_COUNTER = "traceanalyzer: busy / idle by cause (% of bin)"
+COMM_COUNTER = "traceanalyzer: exposed communication (% of window)"
+COMM_BIN_COUNTER = "traceanalyzer: exposed communication (% of bin)"
+MARKER_CATEGORY = "traceanalyzer"
+#: Process id of (rank, device) in a trace written from an Nsight export: clear of host pids,
+#: one process per GPU even where ranks share device ordinals.
+NSYS_DEVICE_PID = 1 << 30
+PidOf = Callable[[int, int], int]
+#: Timeline kinds an Nsight export keeps in the written trace, and their Kineto categories.
+NSYS_KIND_CATEGORY = {
+    "kernel": "kernel",
+    "memcpy": "gpu_memcpy",
+    "memset": "gpu_memset",
+    "runtime": "cuda_runtime",
+    "annotation": "user_annotation",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Annotated:
+    """One file written: its path, and how many counter samples and markers it gained."""
+
+    path: Path
+    counters: int
+    markers: int
+
+
+def annotate(
+    path: str | Path,
+    output: str | Path,
+    *,
+    settings: Settings | None = None,
+    step_pattern: str | None = None,
+    launch_gap_max_ns: int = LAUNCH_GAP_MAX_NS,
+) -> list[Annotated]:
+    """Analyse the trace at `path` and write it, annotated, to `output` (gzip JSON).
+
+    A folder of per-rank traces writes one file per rank into the folder `output`, named
+    after each input file (`<stem>.annotated.json.gz`).
+    """
+    timeline = api.load(path)
+    report = _report(timeline, settings, step_pattern, launch_gap_max_ns)
+    src = Path(path)
+    out = Path(output)
+    if src.is_dir():
+        written = []
+        for rank in report.ranks:
+            stem = Path(rank["path"]).name.removesuffix(".gz").removesuffix(".json")
+            target = out / f"{stem}.annotated.json.gz"
+            written.append(_one(report, timeline, rank["rank"], Path(rank["path"]), target))
+        return written
+    ranks = [r["rank"] for r in report.ranks] or [0]
+    return [_one(report, timeline, ranks[0], src, out, all_ranks=True)]
+
+
+def _report(
+    timeline: Timeline, settings: Settings | None, step_pattern: str | None, gap_ns: int
+) -> Report:
+    metrics = analyze(
+        timeline, top_n=DEFAULT_TOP_KERNELS, step_pattern=step_pattern, launch_gap_max_ns=gap_ns
+    )
+    findings = run_rules(api.context(metrics, timeline), settings or Settings())
+    return build_report(timeline.meta, metrics, tool_version=__version__, findings=findings)
+
+
+def _one(
+    report: Report,
+    timeline: Timeline,
+    rank: int,
+    src: Path,
+    target: Path,
+    *,
+    all_ranks: bool = False,
+) -> Annotated:
+    """Annotate one input file (one rank, or every rank of a single-file trace)."""
+    mine = (lambda r: True) if all_ranks else (lambda r: r == rank)
+    chrome = report.source["format"] == "chrome"
+    # Kineto puts each GPU's work on the process whose pid is the device ordinal.
+    pid = _kineto_pid if chrome else _nsys_pid
+    counters = counter_events(report, mine, pid)
+    markers = marker_events(report, mine, pid)
+    if chrome:
+        doc = _chrome_doc(src)
+        events = doc["traceEvents"] if isinstance(doc, dict) else doc
+        events.extend(counters)
+        events.extend(markers)
+        payload = orjson.dumps(doc)
+    else:
+        payload = _new_trace(timeline, report, mine, [*counters, *markers])
+    _write_gzip(target, payload)
+    return Annotated(target, len(counters), len(markers))
+
+
+def _chrome_doc(src: Path) -> Any:
+    data = src.read_bytes()
+    if data[:2] == b"\x1f\x8b":  # gzip by its magic bytes, whatever the suffix
+        data = gzip.decompress(data)
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise TraceFormatError(f"not valid JSON ({exc})", path=src) from exc
+    if (isinstance(doc, dict) and isinstance(doc.get("traceEvents"), list)) or isinstance(
+        doc, list
+    ):
+        return doc
+    raise TraceFormatError("no traceEvents list to annotate", path=src)
+
+
+def _us(ns: int) -> float:
+    """Trace Event Format times are microseconds (the reader read ts * 1000 as ns)."""
+    return ns / 1000
+
+
+def _kineto_pid(rank: int, device: int) -> int:
+    return device
+
+
+def _nsys_pid(rank: int, device: int) -> int:
+    return NSYS_DEVICE_PID + rank * 1000 + device
+
+
+def counter_events(report: Report, mine: Any, pid: PidOf = _kineto_pid) -> list[dict[str, Any]]:
+    """Counter samples per (rank, device): one per timeline bin, then a zero at the end."""
+    events: list[dict[str, Any]] = []
+    layers = ["busy", *CAUSES]
+    by_device: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for b in report.timeline_bins:
+        if mine(b["rank"]):
+            by_device.setdefault((b["rank"], b["device"]), []).append(b)
+    for (rank, device), bins in sorted(by_device.items()):
+        p = pid(rank, device)
+        bins.sort(key=lambda b: b["bin"])
+        for b in bins:
+            width = max(b["end_ns"] - b["start_ns"], 1)
+            args = {k: round(100 * (b[f"{k}_ns"] or 0) / width, 2) for k in layers}
+            events.append(_counter(BUSY_COUNTER, p, b["start_ns"], args))
+            if "exposed_comm_ns" in b:
+                share = round(100 * (b["exposed_comm_ns"] or 0) / width, 2)
+                events.append(_counter(COMM_BIN_COUNTER, p, b["start_ns"], {"exposed": share}))
+        end = bins[-1]["end_ns"]
+        events.append(_counter(BUSY_COUNTER, p, end, dict.fromkeys(layers, 0)))
+    for d in report.devices:
+        key = (d["rank"], d["device"])
+        if not mine(d["rank"]) or key not in by_device or "exposed_comm_ns" in by_device[key][0]:
+            continue
+        # The report has exposed communication per device window, not per bin yet: one level
+        # over the window (a per-bin track replaces it once the bins carry the number).
+        bins = by_device[key]
+        share = round(100 * d["exposed_comm_ns"] / max(d["window_ns"], 1), 2)
+        p = pid(*key)
+        events.append(_counter(COMM_COUNTER, p, bins[0]["start_ns"], {"exposed": share}))
+        events.append(_counter(COMM_COUNTER, p, bins[-1]["end_ns"], {"exposed": 0}))
+    return events
+
+
+def _counter(name: str, pid: int, ns: int, args: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "ph": "C",
+        "cat": MARKER_CATEGORY,
+        "name": name,
+        "pid": pid,
+        "ts": _us(ns),
+        "args": args,
+    }
+
+
+def marker_events(report: Report, mine: Any, pid: PidOf = _kineto_pid) -> list[dict[str, Any]]:
+    """One instant marker per finding, at the start of its scope's window (else of its
+    device's, rank's or the report's window), on its device's process where it has one."""
+    starts: dict[tuple[int, int], int] = {}
+    for b in report.timeline_bins:
+        dev = (b["rank"], b["device"])
+        starts[dev] = min(starts.get(dev, b["start_ns"]), b["start_ns"])
+    events = []
+    for n, f in enumerate(report.findings, start=1):
+        rank = f.scope.rank
+        if rank is not None and not mine(rank):
+            continue
+        ts, key = _where(f, starts, report.window["start_ns"])
+        event: dict[str, Any] = {
+            "ph": "i",
+            "cat": MARKER_CATEGORY,
+            "name": f"{f.rule} {f.title}",
+            "ts": _us(ts),
+            "pid": pid(*key) if key is not None else 0,
+            "tid": 0,
+            "s": "p" if key is not None else "g",
+            "args": {
+                "rank_in_report": n,
+                "rule": f.rule,
+                "slug": f.slug,
+                "severity": f.severity.value,
+                "message": f.message,
+                "advice": f.advice,
+                "impact_ns": f.impact_ns,
+                "docs": f"traceanalyzer rule {f.rule}",
+            },
+        }
+        events.append(event)
+    return events
+
+
+def _where(
+    f: Finding, starts: dict[tuple[int, int], int], default_ns: int | None
+) -> tuple[int, tuple[int, int] | None]:
+    s = f.scope
+    devices = sorted(
+        k
+        for k in starts
+        if (s.rank is None or k[0] == s.rank) and (s.device is None or k[1] == s.device)
+    )
+    key = devices[0] if devices and (s.device is not None or s.rank is not None) else None
+    if s.window is not None:
+        return s.window[0], key
+    if devices:
+        return min(starts[k] for k in devices), key
+    return default_ns or 0, key
+
+
+def _new_trace(
+    timeline: Timeline, report: Report, mine: Any, annotations: list[dict[str, Any]]
+) -> bytes:
+    """A Chrome trace of the timeline's GPU work (pid = device, tid = stream) plus the
+    annotations: what an Nsight export becomes so that Perfetto can open it."""
+    ranks = sorted({r["rank"] for r in report.ranks if mine(r["rank"])} or {0})
+    device_work = pl.col("device").is_not_null()
+    work = (
+        timeline.events.filter(
+            pl.col("kind").cast(pl.String).is_in(list(NSYS_KIND_CATEGORY))
+            & pl.col("rank").is_in(ranks)
+        )
+        .select(
+            ph=pl.lit("X"),
+            cat=pl.col("kind").cast(pl.String).replace_strict(NSYS_KIND_CATEGORY),
+            name=pl.col("name").cast(pl.String),
+            # GPU work on the device's process (pid = device, tid = stream), host ranges and
+            # runtime calls on their own process and thread.
+            pid=pl.when(device_work)
+            .then(NSYS_DEVICE_PID + pl.col("rank").cast(pl.Int64) * 1000 + pl.col("device"))
+            .otherwise("pid"),
+            tid=pl.when(device_work).then("stream").otherwise("tid"),
+            ts=pl.col("start_ns") / 1000,
+            dur=(pl.col("end_ns") - pl.col("start_ns")) / 1000,
+            args=pl.struct("device", "stream", "correlation"),
+        )
+        .sort("ts")
+    )
+    # Serialise the events column-wise (no Python object per event), then splice.
+    lines = work.write_ndjson().strip().replace("\n", ",") if work.height else ""
+    names = [
+        {"ph": "M", "name": "process_name", "pid": _nsys_pid(d["rank"], d["device"]), "tid": 0,
+         "args": {"name": f"rank {d['rank']} GPU {d['device']}"}}
+        for d in report.devices
+        if mine(d["rank"])
+    ]  # fmt: skip
+    extra = orjson.dumps([*names, *annotations])[1:-1].decode("utf-8")
+    body = ",".join(x for x in (lines, extra) if x)
+    head = orjson.dumps(
+        {
+            "displayTimeUnit": "ns",
+            "traceanalyzer": {"version": __version__, "source": report.source["path"]},
+        }
+    ).decode("utf-8")[:-1]
+    return f'{head},"traceEvents":[{body}]}}'.encode()
+
+
+def _write_gzip(target: Path, payload: bytes) -> None:
+    """Write gzip-compressed `payload` to `target` atomically (temp file, then rename)."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    except OSError as exc:
+        raise ReportWriteError(
+            f"cannot write the annotated trace ({exc.strerror})",
+            path=target,
+            hint="check the output path",
+        ) from exc
+    try:
+        with (
+            os.fdopen(fd, "wb") as raw,
+            gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as out,
+        ):
+            out.write(payload)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

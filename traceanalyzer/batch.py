@@ -219,10 +219,20 @@ def _execute(batch: list[Job], jobs: int | None, scheduler: str | None) -> Itera
         return
     # spawn, not fork: polars' thread pool is already running in this process, and a forked
     # child inherits its locks mid-use (a deadlock)
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
-        futures = [pool.submit(analyse_run, job) for job in batch]
-        for future in as_completed(futures):
-            yield future.result()
+    # each worker runs polars single-threaded: the processes are the parallelism, and two
+    # polars thread pools per core would only contend (set before the children import it)
+    saved = os.environ.get("POLARS_MAX_THREADS")
+    os.environ["POLARS_MAX_THREADS"] = "1"
+    try:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+            futures = [pool.submit(analyse_run, job) for job in batch]
+            for future in as_completed(futures):
+                yield future.result()
+    finally:
+        if saved is None:
+            os.environ.pop("POLARS_MAX_THREADS", None)
+        else:
+            os.environ["POLARS_MAX_THREADS"] = saved
 
 
 def _execute_dask(batch: list[Job], scheduler: str) -> Iterator[dict[str, Any]]:

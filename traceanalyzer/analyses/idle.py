@@ -98,11 +98,22 @@ def idle_gaps(
         .select(*DEVICE_KEY, start_ns="gap_start", end_ns="gap_end")
     )
     # the work that ends the gap: earliest launch among the ops starting exactly there
-    after = work.group_by(*DEVICE_KEY, "start_ns").agg(
-        after=pl.col("name").sort_by("launch_ns", nulls_last=True).first().cast(pl.String),
-        launch_ns=pl.col("launch_ns").min(),
+    # only the work at gap edges matters: semi-join to the edges before naming anything
+    edges_after = gaps.select(*DEVICE_KEY, start_ns="end_ns")
+    edges_before = gaps.select(*DEVICE_KEY, end_ns="start_ns")
+    after = (
+        work.select(*DEVICE_KEY, "start_ns", "launch_ns", "name")
+        .join(edges_after, on=[*DEVICE_KEY, "start_ns"], how="semi")
+        .sort("launch_ns", nulls_last=True)
+        .unique(subset=[*DEVICE_KEY, "start_ns"], keep="first")
+        .select(*DEVICE_KEY, "start_ns", "launch_ns", after=pl.col("name").cast(pl.String))
     )
-    before = work.group_by(*DEVICE_KEY, "end_ns").agg(before=pl.col("name").first().cast(pl.String))
+    before = (
+        work.select(*DEVICE_KEY, "end_ns", "name")
+        .join(edges_before, on=[*DEVICE_KEY, "end_ns"], how="semi")
+        .unique(subset=[*DEVICE_KEY, "end_ns"], keep="first")
+        .select(*DEVICE_KEY, "end_ns", before=pl.col("name").cast(pl.String))
+    )
     merged_syncs = union(syncs.select("rank", "start_ns", "end_ns"), ["rank"])
     # the host call to name (CUPTI records have no thread, and a call is what a user can fix)
     named_syncs = syncs.filter(pl.col("pid").is_not_null()).select(

@@ -74,7 +74,7 @@ IGNORED_CATS = frozenset({"trace", "overhead", "fwdbwd", "ac2g", "async", "async
 #: A `[memory]` instant event of a CUDA device (profile_memory=True; Device Type 1 is CUDA).
 _CUDA_MEMORY_EVENT = (
     (pl.col("ph") == "i")
-    & (pl.col("name").cast(pl.String) == "[memory]")
+    & (pl.col("name") == "[memory]")  # compared as a category, not cast per row
     & (pl.col("args").struct.field("Device Type") == 1)
 )
 

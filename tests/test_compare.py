@@ -66,3 +66,25 @@ def test_compare_public_pairs(before: str, after: str) -> None:
     assert diff["metrics"]["window_ns"]["before"] == sum(d["window_ns"] for d in a["devices"])
     assert diff["metrics"]["window_ns"]["after"] == sum(d["window_ns"] for d in b["devices"])
     assert diff["kernels"], "some kernel time must change between two different runs"
+
+
+def test_compare_html_is_self_contained_and_escaped(tmp_path: Path) -> None:
+    import json
+    import re
+
+    from tests.builders import kernel, write_trace
+    from traceanalyzer.compare import render_html
+
+    evil = '<script>alert(1)</script>"><img src=x onerror=alert(2)>'
+    a = api.report(write_trace(tmp_path / "a.json", [kernel(10, 5, evil)])).to_json_dict()
+    b = api.report(write_trace(tmp_path / "b.json", [kernel(10, 9, evil)])).to_json_dict()
+    page = render_html(compare(a, b))
+    assert "<script>alert(1)" not in page and "<img src=x" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert not re.search(
+        r"""(?:src|href)\s*=\s*["']?(?:https?:)?//|url\(\s*["']?(?:https?:)?//""", page
+    )
+    data = re.search(
+        r'<script type="application/json" id="compare-data">(.*?)</script>', page, re.S
+    )
+    assert data and json.loads(data.group(1))["kernels"][0]["name"] == evil

@@ -17,10 +17,12 @@ from traceanalyzer import __version__, api
 from traceanalyzer.batch import write_summary
 from traceanalyzer.compare import compare as compare_reports
 from traceanalyzer.compare import load_report, render_text
+from traceanalyzer.compare import render_html as render_compare_html
 from traceanalyzer.config import load_settings
 from traceanalyzer.errors import TraceAnalyzerError
 from traceanalyzer.model.schema import schema_markdown
 from traceanalyzer.render import RENDERERS
+from traceanalyzer.render.base import write_text_atomic
 from traceanalyzer.rules import ALL_RULES, BY_CODE
 from traceanalyzer.rules.docs import rule_markdown
 
@@ -226,21 +228,36 @@ def batch(
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["terminal", "json"]),
-    default="terminal",
-    show_default=True,
+    type=click.Choice(["terminal", "json", "html"]),
+    default=None,
+    help="Output format (default: from the -o suffix, else terminal).",
 )
+@click.option("-o", "--output", default=None, help="Write to this file instead of stdout.")
 @click.option("--debug", is_flag=True, help="Show tracebacks for input errors.")
-def compare(before: str, after: str, fmt: str, debug: bool) -> None:
+def compare(before: str, after: str, fmt: str | None, output: str | None, debug: bool) -> None:
     """Show what changed from BEFORE to AFTER: traces, report JSON files, or batch summary
     rows as SUMMARY.parquet#RUN."""
 
     def job() -> None:
         diff = compare_reports(load_report(before), load_report(after))
-        if fmt == "json":
-            click.echo(orjson.dumps(diff, option=orjson.OPT_INDENT_2).decode())
+        kind = fmt or next(
+            (
+                k
+                for k, sfx in (("json", ".json"), ("html", ".html"))
+                if (output or "").endswith(sfx)
+            ),
+            "terminal",
+        )
+        if kind == "json":
+            text = orjson.dumps(diff, option=orjson.OPT_INDENT_2).decode() + "\n"
+        elif kind == "html":
+            text = render_compare_html(diff)
         else:
-            click.echo(render_text(diff), nl=False)
+            text = render_text(diff)
+        if output in (None, "-"):
+            click.echo(text, nl=False)
+        else:
+            write_text_atomic(Path(output), text)
 
     _run(job, debug)
 

@@ -148,3 +148,36 @@ def render_text(diff: dict[str, Any]) -> str:
         "Diagnoses that disappeared: " + (", ".join(diff["diagnoses_disappeared"]) or "none"),
     ]
     return "\n".join(lines) + "\n"
+
+
+def render_html(diff: dict[str, Any]) -> str:
+    """The comparison as one self-contained HTML page (escaped, nothing fetched), with the
+    comparison's JSON embedded (`script#compare-data`)."""
+    from importlib import resources
+
+    import orjson
+    from jinja2 import Environment, PackageLoader, select_autoescape
+    from markupsafe import Markup
+
+    from traceanalyzer.render.units import duration, percent
+
+    def fmt(key: str, v: Any) -> str:
+        if v is None:
+            return "n/a"
+        return percent(v) if "share" in key else duration(int(v))
+
+    env = Environment(
+        loader=PackageLoader("traceanalyzer", "render/templates"),
+        autoescape=select_autoescape(["html", "j2"]),
+    )
+    css = resources.files("traceanalyzer").joinpath("render/static/report.css").read_text()
+    data = (
+        orjson.dumps(diff)
+        .decode()
+        .replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("&", "\\u0026")
+    )
+    return env.get_template("compare.html.j2").render(
+        diff=diff, fmt=fmt, dur=duration, css=Markup(css), data=Markup(data)
+    )

@@ -47,6 +47,25 @@ def write_report(report: Report, renderer: Renderer, path: str | None) -> None:
         raise
 
 
+def write_text_atomic(target: Path, text: str) -> None:
+    """Write `text` to `target` through a temporary file renamed into place."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    except OSError as exc:
+        raise ReportWriteError(
+            f"cannot write the output ({exc.strerror})", path=target, hint="check the path"
+        ) from exc
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def _umask() -> int:
     """The process umask (read by setting it, then restoring it)."""
     mask = os.umask(0)

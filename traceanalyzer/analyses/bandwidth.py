@@ -20,8 +20,9 @@ import re
 
 import polars as pl
 
+from traceanalyzer.analyses.operators import launch_ops, shaped_ops
 from traceanalyzer.analyses.windows import DEVICE_KEY
-from traceanalyzer.model import DeviceInfo, Kind, Timeline
+from traceanalyzer.model import DeviceInfo, Timeline
 
 #: (device-name pattern, peak memory bandwidth in GB/s); first match wins.
 PEAK_BANDWIDTH_GBPS: tuple[tuple[str, float], ...] = (
@@ -87,22 +88,7 @@ def operator_bytes(timeline: Timeline, wanted: pl.LazyFrame | None = None) -> pl
     if wanted is not None:
         candidates = candidates.join(wanted, on=["rank", "external_id"], how="semi")
     ops = (
-        candidates.filter(
-            (pl.col("kind") == Kind.CPU_OP.value)
-            & pl.col("input_dims").is_not_null()
-            & pl.col("external_id").is_not_null()
-        )
-        # one list of sizes per input; tensor-list inputs nest deeper and are left out
-        .filter(~pl.col("input_dims").str.slice(1).str.contains(r"\[\s*\["))
-        .select(
-            "rank",
-            "external_id",
-            op_start="start_ns",
-            op_end="end_ns",
-            op_name=pl.col("name").cast(pl.String),
-            dims=pl.col("input_dims").str.json_decode(pl.List(pl.List(pl.Int64))),
-            types=pl.col("input_types").str.json_decode(pl.List(pl.String)),
-        )
+        shaped_ops(candidates)
         .filter(pl.col("dims").list.len() == pl.col("types").list.len())
         .filter(pl.col("dims").list.len() > 0)
         .with_row_index("_op")
@@ -141,16 +127,7 @@ def memory_bound_bandwidth(
 
     `kernels`: kernels inside the windows with kernel_class and clipped_ns.
     """
-    launches = (
-        timeline.events.lazy()
-        .filter(
-            pl.col("kind").is_in([Kind.RUNTIME.value, Kind.DRIVER.value])
-            & pl.col("correlation").is_not_null()
-            & pl.col("external_id").is_not_null()
-        )
-        .group_by("rank", "correlation")
-        .agg(op_link=pl.col("external_id").first(), launch_ns=pl.col("start_ns").min())
-    )
+    launches = launch_ops(timeline)
     # a link counts only where the launch started inside the operator: some producers
     # write the correlation id as the launch's external id, which would hit unrelated ops
     linked = (

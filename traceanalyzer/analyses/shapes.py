@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceanalyzer.analyses.operators import launch_ops, shaped_ops
 from traceanalyzer.analyses.windows import DEVICE_KEY
-from traceanalyzer.model import Kind, Timeline
+from traceanalyzer.model import Timeline
 
 #: The alignment each element type wants (elements), by the dtype names torch records.
 ALIGN_BY_DTYPE: dict[str, int] = {
@@ -62,38 +63,12 @@ def matmul_shapes(timeline: Timeline, kernels: pl.DataFrame) -> pl.DataFrame:
     `kernels`: kernels inside the windows with kernel_class and clipped_ns.
     """
     ops = (
-        timeline.events.lazy()
-        .filter(
-            (pl.col("kind") == Kind.CPU_OP.value)
-            & pl.col("name").cast(pl.String).is_in(_MATMULS)
-            & pl.col("input_dims").is_not_null()
-            & pl.col("external_id").is_not_null()
-        )
-        .filter(~pl.col("input_dims").str.slice(1).str.contains(r"\[\s*\["))
-        .select(
-            "rank",
-            "external_id",
-            op_start="start_ns",
-            op_end="end_ns",
-            op_name=pl.col("name").cast(pl.String),
-            dims=pl.col("input_dims").str.json_decode(pl.List(pl.List(pl.Int64))),
-            dtype=pl.col("input_types")
-            .str.json_decode(pl.List(pl.String))
-            .list.get(0, null_on_oob=True),
-        )
+        shaped_ops(timeline.events.lazy().filter(pl.col("name").cast(pl.String).is_in(_MATMULS)))
+        .with_columns(dtype=pl.col("types").list.get(0, null_on_oob=True))
         .with_columns(**_dims())
         .filter(pl.col("m").is_not_null() & pl.col("n").is_not_null() & pl.col("k").is_not_null())
     )
-    launches = (
-        timeline.events.lazy()
-        .filter(
-            pl.col("kind").is_in([Kind.RUNTIME.value, Kind.DRIVER.value])
-            & pl.col("correlation").is_not_null()
-            & pl.col("external_id").is_not_null()
-        )
-        .group_by("rank", "correlation")
-        .agg(op_link=pl.col("external_id").first(), launch_ns=pl.col("start_ns").min())
-    )
+    launches = launch_ops(timeline)
     align = pl.col("dtype").replace_strict(ALIGN_BY_DTYPE, default=None, return_dtype=pl.Int64)
     off = [pl.when(pl.col(x) % pl.col("align") != 0).then(pl.lit(x.upper())) for x in "mnk"]
     return (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 import tempfile
@@ -29,22 +30,9 @@ def write_report(report: Report, renderer: Renderer, path: str | None) -> None:
     if path in (None, "-"):
         renderer.render(report, sys.stdout)
         return
-    target = Path(path)
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    except OSError as exc:
-        raise ReportWriteError(
-            f"cannot write the report ({exc.strerror})", path=target, hint="check the output path"
-        ) from exc
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            renderer.render(report, out)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a report is for sharing
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    buffer = io.StringIO()
+    renderer.render(report, buffer)
+    write_text_atomic(Path(path), buffer.getvalue())
 
 
 def write_text_atomic(target: Path, text: str) -> None:

@@ -1,0 +1,49 @@
+"""The CPU operators behind GPU work: their recorded shapes, and the launches that link them.
+
+Shared by the analyses that need an operator's inputs (bandwidth, matmul shapes). In Kineto
+traces a launch call carries the `External id` of the operator that issued it.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceanalyzer.model import Kind, Timeline
+
+
+def shaped_ops(events: pl.LazyFrame) -> pl.LazyFrame:
+    """CPU operators with recorded shapes: rank, external_id, op_start, op_end, op_name,
+    dims (a list of sizes per input) and types (the dtype name per input).
+
+    Tensor-list inputs (sizes nested one level deeper) are left out: one list per input."""
+    return (
+        events.filter(
+            (pl.col("kind") == Kind.CPU_OP.value)
+            & pl.col("input_dims").is_not_null()
+            & pl.col("external_id").is_not_null()
+        )
+        .filter(~pl.col("input_dims").str.slice(1).str.contains(r"\[\s*\["))
+        .select(
+            "rank",
+            "external_id",
+            op_start="start_ns",
+            op_end="end_ns",
+            op_name=pl.col("name").cast(pl.String),
+            dims=pl.col("input_dims").str.json_decode(pl.List(pl.List(pl.Int64))),
+            types=pl.col("input_types").str.json_decode(pl.List(pl.String)),
+        )
+    )
+
+
+def launch_ops(timeline: Timeline) -> pl.LazyFrame:
+    """rank, correlation, op_link (the launching operator's external id), launch_ns."""
+    return (
+        timeline.events.lazy()
+        .filter(
+            pl.col("kind").is_in([Kind.RUNTIME.value, Kind.DRIVER.value])
+            & pl.col("correlation").is_not_null()
+            & pl.col("external_id").is_not_null()
+        )
+        .group_by("rank", "correlation")
+        .agg(op_link=pl.col("external_id").first(), launch_ns=pl.col("start_ns").min())
+    )

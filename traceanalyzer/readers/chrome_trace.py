@@ -81,14 +81,45 @@ _CUDA_MEMORY_EVENT = (
 _DEVICE_KINDS = ("kernel", "memcpy", "memset", "gpu_annotation", "sync")
 
 
-def raw_schema(text_ids: bool) -> pl.Schema:
+#: Fields only some events carry, parsed only in blocks that hold them (each field in the
+#: schema costs parse time in every event): memory events, collectives, the 2021 key names.
+OPTIONAL_ARGS: dict[str, tuple[bytes, dict[str, pl.DataType]]] = {
+    "memory": (
+        b'"[memory]"',
+        {"Total Allocated": pl.Int64(), "Device Id": pl.Int64(), "Device Type": pl.Int64()},
+    ),
+    "comm": (
+        b'"Collective name"',
+        {"Collective name": pl.String(), "In msg nelems": pl.Int64(), "dtype": pl.String()},
+    ),
+    "2021": (b'"external id"', {"external id": pl.Int64(), "Input dims": pl.String()}),
+}
+
+
+def raw_schema(text_ids: bool, optional: frozenset[str] = frozenset()) -> pl.Schema:
     """The fields parsed from each event; everything else is skipped by the NDJSON parser.
 
     Ids and places are numbers in current Kineto and are parsed as such (`text_ids=False`);
     some producers write them as text (`"tid": "stream 7"` in 2021, `"stream": "0x0"` on
-    ROCm), and a block that does is parsed with them as text (`text_ids=True`).
+    ROCm), and a block that does is parsed with them as text (`text_ids=True`). `optional`
+    names the OPTIONAL_ARGS groups to parse too.
     """
     ident = pl.String() if text_ids else pl.Int64()
+    args: dict[str, pl.DataType] = {
+        "device": ident,
+        "stream": ident,
+        "correlation": pl.Int64(),
+        "External id": pl.Int64(),
+        "grid": pl.List(pl.Int64()),
+        "block": pl.List(pl.Int64()),
+        "bytes": pl.Int64(),
+        "registers per thread": pl.Int64(),
+        "shared memory": pl.Int64(),
+        "Input Dims": pl.String(),
+        "Input type": pl.String(),
+    }
+    for group in sorted(optional):
+        args.update(OPTIONAL_ARGS[group][1])
     return pl.Schema(
         {
             "ph": pl.String(),
@@ -99,31 +130,14 @@ def raw_schema(text_ids: bool) -> pl.Schema:
             "ts": pl.Float64(),
             "tn": pl.Int64(),  # exact ns, see json_scan.exact_timestamps
             "dur": pl.Float64(),
-            "args": pl.Struct(
-                {
-                    "device": ident,
-                    "stream": ident,
-                    "correlation": pl.Int64(),
-                    "External id": pl.Int64(),
-                    "external id": pl.Int64(),
-                    "grid": pl.List(pl.Int64()),
-                    "block": pl.List(pl.Int64()),
-                    "bytes": pl.Int64(),
-                    "registers per thread": pl.Int64(),
-                    "shared memory": pl.Int64(),
-                    "Collective name": pl.String(),
-                    "Total Allocated": pl.Int64(),
-                    "Device Id": pl.Int64(),
-                    "Device Type": pl.Int64(),
-                    "In msg nelems": pl.Int64(),
-                    "dtype": pl.String(),
-                    "Input Dims": pl.String(),
-                    "Input dims": pl.String(),
-                    "Input type": pl.String(),
-                }
-            ),
+            "args": pl.Struct(args),
         }
     )
+
+
+def _optional_groups(ndjson: bytes) -> frozenset[str]:
+    """The OPTIONAL_ARGS groups whose marker text appears in a block."""
+    return frozenset(g for g, (marker, _f) in OPTIONAL_ARGS.items() if marker in ndjson)
 
 
 _GPU_CATS = ["kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"]
@@ -137,7 +151,8 @@ def _parse_ndjson(ndjson: bytes, parsed: _Parsed) -> pl.DataFrame:
     parsed again that way, and so is every later block of the file.
     """
     if not parsed.text_ids:
-        raw = pl.read_ndjson(ndjson, schema=raw_schema(text_ids=False), ignore_errors=True)
+        groups = _optional_groups(ndjson)
+        raw = pl.read_ndjson(ndjson, schema=raw_schema(False, groups), ignore_errors=True)
         suspicious = raw.select(
             (
                 (pl.col("ph") == "X") & (pl.col("pid").is_null() | pl.col("tid").is_null())
@@ -149,7 +164,8 @@ def _parse_ndjson(ndjson: bytes, parsed: _Parsed) -> pl.DataFrame:
         if not suspicious:
             return raw
         parsed.text_ids = True
-    return pl.read_ndjson(ndjson, schema=raw_schema(text_ids=True), ignore_errors=True)
+    groups = _optional_groups(ndjson)
+    return pl.read_ndjson(ndjson, schema=raw_schema(True, groups), ignore_errors=True)
 
 
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
@@ -489,11 +505,19 @@ def _add_frame(raw: pl.DataFrame, parsed: _Parsed) -> None:
     if raw.height == 0:
         return
     text = raw.schema["pid"] == pl.String
+    present = set(raw.schema["args"].to_schema())  # type: ignore[attr-defined]
+
+    def arg(name: str, dtype: pl.DataType) -> pl.Expr:
+        """An args field, or null where this block's schema left it out."""
+        if name in present:
+            return pl.col("args").struct.field(name)
+        return pl.lit(None, dtype)
+
     known = pl.col("kind").is_not_null()
     start, dur = pl.col("start_ns"), pl.col("dur")
     tagged = (
         raw.lazy()
-        .with_columns(_memory=_CUDA_MEMORY_EVENT)
+        .with_columns(_memory=_CUDA_MEMORY_EVENT if "Device Type" in present else pl.lit(False))
         .filter((pl.col("ph") == "X") | pl.col("_memory"))
         .with_columns(
             kind=pl.when(pl.col("_memory"))
@@ -518,7 +542,7 @@ def _add_frame(raw: pl.DataFrame, parsed: _Parsed) -> None:
             ).select(
                 rank=pl.lit(0, pl.Int32),
                 device=pl.when(pl.col("_memory"))
-                .then(args.field("Device Id").cast(pl.Int32))
+                .then(arg("Device Id", pl.Int64()).cast(pl.Int32))
                 .when(on_device)
                 .then(
                     pl.coalesce(_int_of(args.field("device"), text), _int_of(pl.col("pid"), text))
@@ -534,19 +558,19 @@ def _add_frame(raw: pl.DataFrame, parsed: _Parsed) -> None:
                 start_ns=start,
                 end_ns=start + (dur * 1000).round().cast(pl.Int64),
                 correlation=args.field("correlation"),
-                external_id=pl.coalesce(args.field("External id"), args.field("external id")),
+                external_id=pl.coalesce(args.field("External id"), arg("external id", pl.Int64())),
                 grid=args.field("grid").cast(pl.List(pl.Int32)),
                 block=args.field("block").cast(pl.List(pl.Int32)),
                 registers=args.field("registers per thread").cast(pl.Int32),
                 shared_mem_bytes=args.field("shared memory"),
                 bytes=pl.when(pl.col("_memory"))
-                .then(args.field("Total Allocated"))
+                .then(arg("Total Allocated", pl.Int64()))
                 .otherwise(args.field("bytes")),
-                input_dims=pl.coalesce(args.field("Input Dims"), args.field("Input dims")),
+                input_dims=pl.coalesce(args.field("Input Dims"), arg("Input dims", pl.String())),
                 input_types=args.field("Input type"),
-                collective=args.field("Collective name").cast(pl.Categorical),
-                msg_nelems=args.field("In msg nelems"),
-                msg_dtype=args.field("dtype").cast(pl.Categorical),
+                collective=arg("Collective name", pl.String()).cast(pl.Categorical),
+                msg_nelems=arg("In msg nelems", pl.Int64()),
+                msg_dtype=arg("dtype", pl.String()).cast(pl.Categorical),
             ),
             tagged.select(
                 pl.col("_unknown").sum(),

@@ -68,7 +68,11 @@ def _lines(r: Report) -> list[str]:
     src = r.source
     lines = [f"traceanalyzer {r.tool_version}: {printable(src['path'], 200)}"]
     producer = " ".join(x for x in (src["producer"], src["producer_version"]) if x)
-    ranks = ", ".join(f"rank {k['rank']} (from {k['rank_source']})" for k in r.ranks)
+    ranks = ", ".join(
+        f"rank {k['rank']}"
+        + ("" if k["rank_source"] == "default" else f" (from {k['rank_source']})")
+        for k in r.ranks
+    )
     lines.append(f"source   {src['format']} trace, {producer}; {ranks}")
     w = r.window
     span = (w["end_ns"] or 0) - (w["start_ns"] or 0)

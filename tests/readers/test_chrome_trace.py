@@ -367,3 +367,58 @@ def test_damaged_middle_is_refused_not_mistaken_for_a_cut(tmp_path: Path) -> Non
     path.write_bytes(data[:at] + b"@@@" + data[at:])
     with pytest.raises(TraceFormatError, match="malformed and more events follow"):
         read(path)
+
+
+def test_args_lifted_or_kept_read_the_same(tmp_path: Path) -> None:
+    """Args objects the splitter cannot lift (empty, not last, on one line) read the same."""
+    head = kineto_bytes(EVENTS).split(b'"traceEvents": [')[0] + b'"traceEvents": [\n'
+    body = [
+        # Kineto's layout: lifted
+        b'  {\n    "ph": "X", "cat": "kernel", "name": "k1", "pid": 0, "tid": 7,'
+        b' "ts": 10.0, "dur": 1.0,\n    "args": {\n      "stream": 7, "correlation": 1,'
+        b' "grid": [2, 1, 1], "device": 0\n    }\n  }',
+        # args not the last key: kept, read by the slower path
+        b'  {\n    "ph": "X", "cat": "kernel", "name": "k2", "pid": 0, "tid": 7,'
+        b' "ts": 12.0,\n    "args": {\n      "stream": 7, "correlation": 2, "grid": [3, 1, 1],'
+        b' "device": 0\n    },\n    "dur": 1.0\n  }',
+        # empty args, and args on the key's own line
+        b'  {\n    "ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1,'
+        b' "ts": 9.0, "dur": 5.0,\n    "args": {\n    }\n  }',
+        b'  {\n    "ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1,'
+        b' "tid": 1, "ts": 9.5, "dur": 0.5,\n    "args": {"correlation": 2, "External id": 4}\n  }',
+        # a Triton op's text grid is not a launch size
+        b'  {\n    "ph": "X", "cat": "cpu_op", "name": "triton_op", "pid": 1, "tid": 1,'
+        b' "ts": 9.6, "dur": 0.1,\n    "args": {\n      "grid": "grid(100,)"\n    }\n  }',
+    ]
+    path = tmp_path / "args.json"
+    path.write_bytes(head + b",\n".join(body) + b"\n  ]\n}\n")
+    ev = read(path).events.sort("start_ns")
+    rows = {r["name"]: r for r in ev.iter_rows(named=True)}
+    k1 = rows["k1"]
+    assert (k1["grid"], k1["correlation"], k1["stream"]) == ([2, 1, 1], 1, 7)
+    assert (rows["k2"]["grid"], rows["k2"]["correlation"], rows["k2"]["end_ns"]) == (
+        [3, 1, 1],
+        2,
+        13_000,
+    )
+    assert rows["op"]["external_id"] is None
+    assert (rows["cudaLaunchKernel"]["correlation"], rows["cudaLaunchKernel"]["external_id"]) == (
+        2,
+        4,
+    )
+    assert rows["triton_op"]["grid"] is None
+
+
+def test_lift_args_rewrites_in_place_keeping_the_length() -> None:
+    import numpy as np
+
+    from traceanalyzer.readers.json_scan import lift_args
+
+    line = b'{ "ph": "X", "dur": 1, "args": {\n  "stream": 7, "x": [1]\n }\n}'
+    arr = np.frombuffer(bytearray(line), dtype=np.uint8)
+    newlines = np.flatnonzero(arr == 10)
+    arr[newlines] = 32
+    lift_args(arr, np.array([len(line) - 1]), newlines)
+    text = arr.tobytes()
+    assert len(text) == len(line)
+    assert text.split() == b'{ "ph": "X", "dur": 1, "stream": 7, "x": [1] }'.split()

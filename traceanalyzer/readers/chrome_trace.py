@@ -75,51 +75,54 @@ IGNORED_CATS = frozenset({"trace", "overhead", "fwdbwd", "ac2g", "async", "async
 _CUDA_MEMORY_EVENT = (
     (pl.col("ph") == "i")
     & (pl.col("name") == "[memory]")  # compared as a category, not cast per row
-    & (pl.col("args").struct.field("Device Type") == 1)
+    & (pl.col("Device Type") == 1)
 )
 
 _DEVICE_KINDS = ("kernel", "memcpy", "memset", "gpu_annotation", "sync")
 
 
-#: Fields only some events carry, parsed only in blocks that hold them (each field in the
-#: schema costs parse time in every event): memory events, collectives, the 2021 key names.
-OPTIONAL_ARGS: dict[str, tuple[bytes, dict[str, pl.DataType]]] = {
-    "memory": (
-        b'"[memory]"',
-        {"Total Allocated": pl.Int64(), "Device Id": pl.Int64(), "Device Type": pl.Int64()},
-    ),
-    "comm": (
-        b'"Collective name"',
-        {"Collective name": pl.String(), "In msg nelems": pl.Int64(), "dtype": pl.String()},
-    ),
-    "2021": (b'"external id"', {"external id": pl.Int64(), "Input dims": pl.String()}),
-}
-
-
-def raw_schema(text_ids: bool, optional: frozenset[str] = frozenset()) -> pl.Schema:
-    """The fields parsed from each event; everything else is skipped by the NDJSON parser.
+def arg_fields(text_ids: bool) -> dict[str, pl.DataType]:
+    """The `args` fields the model needs; every other field is skipped by the parser.
 
     Ids and places are numbers in current Kineto and are parsed as such (`text_ids=False`);
     some producers write them as text (`"tid": "stream 7"` in 2021, `"stream": "0x0"` on
-    ROCm), and a block that does is parsed with them as text (`text_ids=True`). `optional`
-    names the OPTIONAL_ARGS groups to parse too.
+    ROCm), and a block that does is parsed with them as text (`text_ids=True`). Memory
+    events, collectives and the 2021 key names (`external id`, `Input dims`) are among them:
+    a field costs parse time only in the events that carry it.
     """
     ident = pl.String() if text_ids else pl.Int64()
-    args: dict[str, pl.DataType] = {
+    return {
         "device": ident,
         "stream": ident,
         "correlation": pl.Int64(),
         "External id": pl.Int64(),
-        "grid": pl.List(pl.Int64()),
-        "block": pl.List(pl.Int64()),
+        "grid": pl.String(),  # `[x, y, z]`, decoded for the few events that carry it
+        "block": pl.String(),
         "bytes": pl.Int64(),
         "registers per thread": pl.Int64(),
         "shared memory": pl.Int64(),
         "Input Dims": pl.String(),
         "Input type": pl.String(),
+        "Total Allocated": pl.Int64(),
+        "Device Id": pl.Int64(),
+        "Device Type": pl.Int64(),
+        "Collective name": pl.String(),
+        "In msg nelems": pl.Int64(),
+        "dtype": pl.String(),
+        "external id": pl.Int64(),
+        "Input dims": pl.String(),
     }
-    for group in sorted(optional):
-        args.update(OPTIONAL_ARGS[group][1])
+
+
+def raw_schema(text_ids: bool) -> pl.Schema:
+    """The fields parsed from each event: its own, and those of its `args` object.
+
+    The splitter lifts the args fields of Kineto's events into the event itself
+    (`json_scan.lift_args`), so they parse as plain fields. An event whose args object was
+    not lifted (another producer's layout, the exact scanner's events) keeps it, read here
+    as its JSON text, and `_merge_args` parses those few into the same columns.
+    """
+    ident = pl.String() if text_ids else pl.Int64()
     return pl.Schema(
         {
             "ph": pl.String(),
@@ -130,14 +133,36 @@ def raw_schema(text_ids: bool, optional: frozenset[str] = frozenset()) -> pl.Sch
             "ts": pl.Float64(),
             "tn": pl.Int64(),  # exact ns, see json_scan.exact_timestamps
             "dur": pl.Float64(),
-            "args": pl.Struct(args),
+            **arg_fields(text_ids),
+            "args": pl.String(),  # costs nothing where absent
         }
     )
 
 
-def _optional_groups(ndjson: bytes) -> frozenset[str]:
-    """The OPTIONAL_ARGS groups whose marker text appears in a block."""
-    return frozenset(g for g, (marker, _f) in OPTIONAL_ARGS.items() if marker in ndjson)
+def _read_ndjson(ndjson: bytes, text_ids: bool) -> pl.DataFrame:
+    return _merge_args(
+        pl.read_ndjson(ndjson, schema=raw_schema(text_ids), ignore_errors=True), text_ids
+    )
+
+
+def _merge_args(raw: pl.DataFrame, text_ids: bool) -> pl.DataFrame:
+    """Parse the args objects that were not lifted into the same columns as lifted ones."""
+    kept = raw.get_column("args")
+    raw = raw.drop("args")
+    if kept.null_count() == kept.len():
+        return raw
+    rows = kept.is_not_null()
+    fields = arg_fields(text_ids)
+    texts = "\n".join(kept.filter(rows).to_list()).encode()
+    indexed = raw.with_row_index("_row")
+    parsed = pl.read_ndjson(texts, schema=fields, ignore_errors=True).with_columns(
+        indexed.get_column("_row").filter(rows)
+    )
+    return (
+        indexed.join(parsed, on="_row", how="left", suffix="_kept", maintain_order="left")
+        .with_columns(pl.coalesce(f, f"{f}_kept").alias(f) for f in fields)
+        .drop("_row", *(f"{f}_kept" for f in fields))
+    )
 
 
 _GPU_CATS = ["kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"]
@@ -151,21 +176,21 @@ def _parse_ndjson(ndjson: bytes, parsed: _Parsed) -> pl.DataFrame:
     parsed again that way, and so is every later block of the file.
     """
     if not parsed.text_ids:
-        groups = _optional_groups(ndjson)
-        raw = pl.read_ndjson(ndjson, schema=raw_schema(False, groups), ignore_errors=True)
+        raw = _read_ndjson(ndjson, text_ids=False)
         suspicious = raw.select(
             (
                 (pl.col("ph") == "X") & (pl.col("pid").is_null() | pl.col("tid").is_null())
                 | pl.col("cat").is_in(_GPU_CATS)
-                & pl.col("args").is_not_null()
-                & pl.col("args").struct.field("stream").is_null()
+                & pl.any_horizontal(
+                    pl.col(f).is_not_null() for f in ("correlation", "External id", "grid", "bytes")
+                )
+                & pl.col("stream").is_null()
             ).any()
         ).item()
         if not suspicious:
             return raw
         parsed.text_ids = True
-    groups = _optional_groups(ndjson)
-    return pl.read_ndjson(ndjson, schema=raw_schema(True, groups), ignore_errors=True)
+    return _read_ndjson(ndjson, text_ids=True)
 
 
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
@@ -473,7 +498,7 @@ def _raw_from_dicts(events: list[Any], parsed: _Parsed) -> pl.DataFrame:
     """Turn decoded event dicts into the raw frame (via NDJSON, so typing is identical)."""
     dicts = [e for e in events if isinstance(e, dict)]
     if not dicts:
-        return pl.DataFrame(schema=raw_schema(text_ids=False))
+        return pl.DataFrame(schema=raw_schema(text_ids=False)).drop("args")
     return _parse_ndjson(b"\n".join(map(orjson.dumps, dicts)), parsed)
 
 
@@ -488,6 +513,13 @@ def _int_of(col: pl.Expr, text: bool) -> pl.Expr:
     hexa = t.str.strip_prefix("0x").str.to_integer(base=16, strict=False)
     digits = t.str.extract(r"(-?\d+)(?:\.0+)?$", 1).str.to_integer(strict=False)
     return pl.when(t.str.starts_with("0x")).then(hexa).otherwise(digits).cast(pl.Int64)
+
+
+def _int_list(col: pl.Expr) -> pl.Expr:
+    """`[256, 1, 1]` (a JSON list of integers read as text) -> a list; anything else -> null."""
+    return pl.when(col.str.starts_with("[")).then(
+        col.str.extract_all(r"-?\d+").cast(pl.List(pl.Int32))
+    )
 
 
 def _to_ns(col: pl.Expr) -> pl.Expr:
@@ -505,19 +537,11 @@ def _add_frame(raw: pl.DataFrame, parsed: _Parsed) -> None:
     if raw.height == 0:
         return
     text = raw.schema["pid"] == pl.String
-    present = set(raw.schema["args"].to_schema())  # type: ignore[attr-defined]
-
-    def arg(name: str, dtype: pl.DataType) -> pl.Expr:
-        """An args field, or null where this block's schema left it out."""
-        if name in present:
-            return pl.col("args").struct.field(name)
-        return pl.lit(None, dtype)
-
     known = pl.col("kind").is_not_null()
     start, dur = pl.col("start_ns"), pl.col("dur")
     tagged = (
         raw.lazy()
-        .with_columns(_memory=_CUDA_MEMORY_EVENT if "Device Type" in present else pl.lit(False))
+        .with_columns(_memory=_CUDA_MEMORY_EVENT)
         .filter((pl.col("ph") == "X") | pl.col("_memory"))
         .with_columns(
             kind=pl.when(pl.col("_memory"))
@@ -533,7 +557,6 @@ def _add_frame(raw: pl.DataFrame, parsed: _Parsed) -> None:
             _negative=known & (dur < 0),
         )
     )
-    args = pl.col("args").struct
     on_device = pl.col("kind").is_in(_DEVICE_KINDS)
     frame, flags = pl.collect_all(
         [
@@ -542,14 +565,12 @@ def _add_frame(raw: pl.DataFrame, parsed: _Parsed) -> None:
             ).select(
                 rank=pl.lit(0, pl.Int32),
                 device=pl.when(pl.col("_memory"))
-                .then(arg("Device Id", pl.Int64()).cast(pl.Int32))
+                .then(pl.col("Device Id").cast(pl.Int32))
                 .when(on_device)
-                .then(
-                    pl.coalesce(_int_of(args.field("device"), text), _int_of(pl.col("pid"), text))
-                )
+                .then(pl.coalesce(_int_of(pl.col("device"), text), _int_of(pl.col("pid"), text)))
                 .cast(pl.Int32),
                 stream=pl.when(on_device).then(
-                    pl.coalesce(_int_of(args.field("stream"), text), _int_of(pl.col("tid"), text))
+                    pl.coalesce(_int_of(pl.col("stream"), text), _int_of(pl.col("tid"), text))
                 ),
                 pid=pl.when(~on_device).then(_int_of(pl.col("pid"), text)),
                 tid=pl.when(~on_device).then(_int_of(pl.col("tid"), text)),
@@ -557,20 +578,20 @@ def _add_frame(raw: pl.DataFrame, parsed: _Parsed) -> None:
                 name=pl.col("name").fill_null(""),
                 start_ns=start,
                 end_ns=start + (dur * 1000).round().cast(pl.Int64),
-                correlation=args.field("correlation"),
-                external_id=pl.coalesce(args.field("External id"), arg("external id", pl.Int64())),
-                grid=args.field("grid").cast(pl.List(pl.Int32)),
-                block=args.field("block").cast(pl.List(pl.Int32)),
-                registers=args.field("registers per thread").cast(pl.Int32),
-                shared_mem_bytes=args.field("shared memory"),
+                correlation=pl.col("correlation"),
+                external_id=pl.coalesce(pl.col("External id"), pl.col("external id")),
+                grid=_int_list(pl.col("grid")),
+                block=_int_list(pl.col("block")),
+                registers=pl.col("registers per thread").cast(pl.Int32),
+                shared_mem_bytes=pl.col("shared memory"),
                 bytes=pl.when(pl.col("_memory"))
-                .then(arg("Total Allocated", pl.Int64()))
-                .otherwise(args.field("bytes")),
-                input_dims=pl.coalesce(args.field("Input Dims"), arg("Input dims", pl.String())),
-                input_types=args.field("Input type"),
-                collective=arg("Collective name", pl.String()).cast(pl.Categorical),
-                msg_nelems=arg("In msg nelems", pl.Int64()),
-                msg_dtype=arg("dtype", pl.String()).cast(pl.Categorical),
+                .then(pl.col("Total Allocated"))
+                .otherwise(pl.col("bytes")),
+                input_dims=pl.coalesce(pl.col("Input Dims"), pl.col("Input dims")),
+                input_types=pl.col("Input type"),
+                collective=pl.col("Collective name").cast(pl.Categorical),
+                msg_nelems=pl.col("In msg nelems"),
+                msg_dtype=pl.col("dtype").cast(pl.Categorical),
             ),
             tagged.select(
                 pl.col("_unknown").sum(),

@@ -71,7 +71,7 @@ class EventSplitter:
         mask = self._mask[:n]
         np.equal(arr, 10, out=mask)
         newlines = np.flatnonzero(mask)
-        at = _separators(arr, newlines, len(sep) - 4)
+        at = _separators(arr, newlines, sep)
         if at.size == 0:
             return None
         last = int(at[-1])
@@ -87,16 +87,30 @@ class EventSplitter:
         return last + 1, last + len(sep) - 1
 
 
-def _separators(arr: Bytes, newlines: Positions, indent: int) -> Positions:
-    """Where `},` newline, `indent` spaces, `{` starts (the same as `find` on the separator).
+def _words(arr: Bytes) -> np.ndarray[Any, np.dtype[np.uint64]]:
+    """The 8 bytes starting at each position of `arr`, as little-endian uint64 (a view)."""
+    return np.ndarray((max(arr.size - 7, 0),), "<u8", arr, strides=(1,))
 
-    Every separator holds a newline, so only the newlines are looked at, not every byte.
+
+def _word(pattern: bytes) -> np.uint64:
+    return np.uint64(int.from_bytes(pattern, "little"))
+
+
+def _separators(arr: Bytes, newlines: Positions, sep: bytes) -> Positions:
+    """Where `sep` (`},` newline, indentation, `{`) starts: the same as `find(arr, sep)`.
+
+    Every separator holds a newline 2 bytes in, so only the newlines are looked at, not every
+    byte, and a separator of up to 8 bytes is compared as one word.
     """
-    nl = newlines[(newlines >= 2) & (newlines + indent + 1 < arr.size)]
-    ok = (arr[nl - 2] == ord("}")) & (arr[nl - 1] == ord(",")) & (arr[nl + indent + 1] == ord("{"))
-    for j in range(1, indent + 1):
-        ok &= arr[nl + j] == 32
-    found: Positions = nl[ok] - 2
+    nl = newlines[(newlines >= 2) & (newlines - 2 + max(len(sep), 8) <= arr.size)]
+    if len(sep) <= 8:
+        mask = np.uint64((1 << (8 * len(sep))) - 1)
+        found: Positions = nl[(_words(arr)[nl - 2] & mask) == _word(sep)] - 2
+        return found
+    ok = np.ones(nl.size, bool)
+    for j, byte in enumerate(sep):
+        ok &= arr[nl - 2 + j] == byte
+    found = nl[ok] - 2
     return found
 
 
@@ -124,7 +138,7 @@ def _args_bounds(out: Bytes, at: Positions, end: Positions) -> tuple[Positions, 
         if d <= 8 and 0 <= a0 + step * d < out.size and out.size >= 8:
             lo = anchor + min(step, step * d)  # the d bytes between the anchor and the token
             fits = (lo >= 0) & (lo + 8 <= out.size)
-            words = np.ndarray((out.size - 7,), "<u8", out, strides=(1,))[np.where(fits, lo, 0)]
+            words = _words(out)[np.where(fits, lo, 0)]
             mask = np.uint64((1 << (8 * d)) - 1)
             head = int(lo[0])
             pattern = np.uint64(int.from_bytes(out[head : head + d].tobytes(), "little"))
@@ -168,12 +182,12 @@ def lift_args(out: Bytes, ends: Positions, newlines: Positions) -> None:
     still read, by the reader's slower path for it.
     """
     nl = newlines[newlines >= len(_ARGS)]
+    nl = nl[out[nl - 1] == ord("{")]
     if nl.size == 0 or out.size < 8:
         return
     start = nl - len(_ARGS)
-    key = int.from_bytes(_ARGS[:8], "little")
-    words = np.ndarray((out.size - 7,), "<u8", out, strides=(1,))
-    at = start[(words[start] == key) & (out[nl - 1] == _ARGS[8])]
+    words = _words(out)
+    at = start[words[start] == _word(_ARGS[:8])]
     if at.size == 0:
         return
     event = np.minimum(np.searchsorted(ends, at), ends.size - 1)
@@ -185,7 +199,8 @@ def lift_args(out: Bytes, ends: Positions, newlines: Positions) -> None:
     close, first = _args_bounds(out, at, end)
     ok &= (first >= 0) & (close > first) & (out[close] == ord("}")) & (out[first] == ord('"'))
     lifted = at[ok]
-    out[(lifted[:, None] + np.arange(len(_ARGS))).ravel()] = 32
+    words[lifted] = _word(b" " * 8)
+    out[lifted + 8] = 32
     out[close[ok]] = 32
 
 

@@ -43,13 +43,17 @@ def analyze(
     pattern = step_pattern or windows.default_step_pattern(timeline.meta.format)
     _check_pattern(pattern)
     markers = windows.step_markers(timeline, pattern).collect().lazy()
-    work = windows.gpu_work_with_step(timeline, markers).collect().lazy()
+    linked = windows.gpu_work_linked(timeline, markers)
+    work = linked.lazy().drop(windows.LAUNCH_EXTRA)
     steps = windows.device_steps(work, markers).collect()
     by_steps = steps.height > 0
     wins = windows.device_windows(work, steps.lazy(), markers, by_steps).collect()
     in_windows = _classified(timeline, devices.kernels_in_windows(work, wins.lazy())).collect()
     syncs = idle.sync_calls(timeline).collect().lazy()
-    gaps = idle.idle_gaps(timeline, work, wins.lazy(), syncs, launch_gap_max_ns).collect()
+    # in-memory: the streaming engine takes much longer over the window joins and join_asofs
+    gaps = idle.idle_gaps(timeline, work, wins.lazy(), syncs, launch_gap_max_ns).collect(
+        engine="in-memory"
+    )
     kin = in_windows.lazy()
     (
         dev,
@@ -89,7 +93,7 @@ def analyze(
         step_idle, on=[*windows.DEVICE_KEY, "step"], how="left"
     ).with_columns(pl.col(f"{c}_ns" for c in idle.CAUSES).fill_null(0))
     small = kernels.small_kernels(in_windows)
-    paths = critical_path.critical_paths(timeline, markers.collect(), syncs.collect())
+    paths = critical_path.critical_paths(timeline, markers.collect(), syncs.collect(), work=linked)
     peaks = memory.step_peaks(timeline, markers)
     steps_per_rank = markers.group_by("rank").agg(steps=pl.len().cast(pl.Int64)).collect()
     slowest = int(imbalance.sort("wait_ns", "rank")["rank"][0]) if imbalance.height > 1 else None
@@ -120,7 +124,7 @@ def analyze(
         matmul_shapes=shapes.matmul_shapes(timeline, in_windows),
         memory_peaks=peaks,
         non_tc_gemms=gemm_units.non_tensor_core_gemms(in_windows),
-        early_starts=clock.early_starts(timeline),
+        early_starts=clock.early_starts(timeline, work=linked),
         timeline_bins=idle.timeline_bins(gaps, wins),
         memory_growth=memory.growth(peaks),
         critical_steps=paths.steps,

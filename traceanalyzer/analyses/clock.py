@@ -19,14 +19,26 @@ from traceanalyzer.model import Timeline
 EARLY_START_TOLERANCE_NS = 5_000
 
 
-def early_starts(timeline: Timeline, tolerance_ns: int = EARLY_START_TOLERANCE_NS) -> pl.DataFrame:
+def early_starts(
+    timeline: Timeline,
+    tolerance_ns: int = EARLY_START_TOLERANCE_NS,
+    *,
+    work: pl.DataFrame | None = None,
+) -> pl.DataFrame:
     """Per (rank, device) with linked launches: linked (GPU operations whose launch call is
     recorded), early (those starting more than `tolerance_ns` before their launch began),
-    early_share (early / linked) and max_early_ns (the largest lead, 0 where none)."""
+    early_share (early / linked) and max_early_ns (the largest lead, 0 where none).
+
+    `work`: the GPU work with `launch_ns` (windows.gpu_work_linked), where already computed.
+    """
     lead = pl.col("launch_start_ns") - pl.col("start_ns")
-    return (
+    links = (
         timeline.launch_links()
-        .filter(pl.col("launch_start_ns").is_not_null())
+        if work is None
+        else work.lazy().select(*DEVICE_KEY, "start_ns", launch_start_ns="launch_ns")
+    )
+    return (
+        links.filter(pl.col("launch_start_ns").is_not_null())
         .group_by(DEVICE_KEY)
         .agg(
             linked=pl.len().cast(pl.Int64),

@@ -102,13 +102,16 @@ class GraphTables:
     node_count: int
 
 
-def gpu_ops(timeline: Timeline, markers: pl.DataFrame) -> pl.DataFrame:
+def gpu_ops(
+    timeline: Timeline, markers: pl.DataFrame, work: pl.DataFrame | None = None
+) -> pl.DataFrame:
     """GPU work with its class, launch call and step.
 
     Columns: rank, device, stream, name, start_ns, end_ns, work_kind, coll (collective kind
     of comm kernels), launch_start_ns, launch_end_ns, pid, tid (launching thread), step (host
     step that launched it; work without a recorded launch falls in the step whose marker
-    range holds its start).
+    range holds its start). `work`: the GPU work with its launches (windows.gpu_work_linked),
+    where already computed.
     """
     cls = kernel_class(pl.col("name"))
     work_kind = (
@@ -119,9 +122,13 @@ def gpu_ops(timeline: Timeline, markers: pl.DataFrame) -> pl.DataFrame:
         .otherwise(pl.lit("gpu_") + cls.cast(pl.String))
         .cast(EDGE_KIND)
     )
-    links = (
+    source = (
         timeline.launch_links()
-        .select(
+        if work is None
+        else work.lazy().rename({"launch_ns": "launch_start_ns"})
+    )
+    links = (
+        source.select(
             "rank",
             "device",
             "stream",
@@ -225,14 +232,15 @@ def build_tables(
     syncs: pl.DataFrame,
     *,
     cross_stream_max_ns: int = CROSS_STREAM_MAX_NS,
+    work: pl.DataFrame | None = None,
 ) -> GraphTables:
     """Build the node and edge tables of every step's graph (see the module docstring).
 
     `markers`: windows.step_markers (rank, step, name, start_ns, end_ns); `syncs`:
     idle.sync_calls (rank, pid, tid, name, start_ns, end_ns; rows without a thread, CUPTI
-    sync records, are not used).
+    sync records, are not used). `work`: see `gpu_ops`.
     """
-    raw_ops = gpu_ops(timeline, markers)
+    raw_ops = gpu_ops(timeline, markers, work)
     host = _host_events(timeline, markers).collect()
     wins = step_windows(raw_ops, host, markers)
     s_of = wins.select("rank", "step", S="start_ns", T="end_ns")

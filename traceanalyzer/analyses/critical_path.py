@@ -141,17 +141,21 @@ def critical_paths(
     scenarios: tuple[Scenario, ...] = SCENARIOS,
     cross_stream_max_ns: int = CROSS_STREAM_MAX_NS,
     max_steps_per_rank: int | None = MAX_STEPS_PER_RANK,
+    work: pl.DataFrame | None = None,
 ) -> CriticalPaths:
     """The critical path of every step of every rank, its composition and the what-ifs.
 
     `markers`: windows.step_markers(...).collect() (host step ranges per rank); `syncs`:
     idle.sync_calls(timeline).collect(). GPU work is read and classified from `timeline`
-    (classify.kernel_class). A trace without step markers gives empty frames.
+    (classify.kernel_class). A trace without step markers gives empty frames. `work`: the GPU
+    work with its launches (windows.gpu_work_linked), where already computed.
     """
     if markers.height == 0:
         return _empty()
     markers = sample_steps(markers, max_steps_per_rank)
-    tables = build_tables(timeline, markers, syncs, cross_stream_max_ns=cross_stream_max_ns)
+    tables = build_tables(
+        timeline, markers, syncs, cross_stream_max_ns=cross_stream_max_ns, work=work
+    )
     weights = {s.name: scenario_weights(s) for s in scenarios}
     edges = tables.edges.with_columns(**weights) if weights else tables.edges
     path_parts: list[pl.DataFrame] = []

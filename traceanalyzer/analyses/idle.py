@@ -25,9 +25,11 @@ as `host_wait`. Each gap also gets its dominant cause (`cause`), for listing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import polars as pl
 
-from traceanalyzer.analyses.intervals import busy_before, union
+from traceanalyzer.analyses.intervals import busy_before, sort_stable, union
 from traceanalyzer.analyses.kernels import histogram_edges
 from traceanalyzer.analyses.windows import DEVICE_KEY
 from traceanalyzer.model import Kind, Timeline
@@ -98,21 +100,32 @@ def idle_gaps(
         .select(*DEVICE_KEY, start_ns="gap_start", end_ns="gap_end")
     )
     # the work that ends the gap: earliest launch among the ops starting exactly there
-    # only the work at gap edges matters: semi-join to the edges before naming anything
-    edges_after = gaps.select(*DEVICE_KEY, start_ns="end_ns")
-    edges_before = gaps.select(*DEVICE_KEY, end_ns="start_ns")
+    # only the work at gap edges matters: semi-join to the edges before naming anything.
+    # Edges are matched on one integer (device and time packed, see `_edge_key`) where the
+    # windows allow it: joins on (rank, device, time) encode every row and are far slower.
+    key = _edge_key(windows)
+
+    def edge_on(time: str) -> list[str]:
+        return [*DEVICE_KEY, time] if key is None else [f"_k_{time}"]
+
+    def keyed(frame: pl.LazyFrame, time: str) -> pl.LazyFrame:
+        return frame if key is None else frame.with_columns(key(time).alias(f"_k_{time}"))
+
+    gaps = keyed(keyed(gaps, "start_ns"), "end_ns")
+    edges_after = gaps.select(*edge_on("end_ns"))
+    edges_before = gaps.select(*edge_on("start_ns"))
     after = (
-        work.select(*DEVICE_KEY, "start_ns", "launch_ns", "name")
-        .join(edges_after, on=[*DEVICE_KEY, "start_ns"], how="semi")
+        keyed(work.select(*DEVICE_KEY, "start_ns", "launch_ns", "name"), "start_ns")
+        .join(edges_after, left_on=edge_on("start_ns"), right_on=edge_on("end_ns"), how="semi")
         .sort("launch_ns", nulls_last=True)
-        .unique(subset=[*DEVICE_KEY, "start_ns"], keep="first")
-        .select(*DEVICE_KEY, "start_ns", "launch_ns", after=pl.col("name").cast(pl.String))
+        .unique(subset=edge_on("start_ns"), keep="first")
+        .select(*edge_on("start_ns"), "launch_ns", after=pl.col("name").cast(pl.String))
     )
     before = (
-        work.select(*DEVICE_KEY, "end_ns", "name")
-        .join(edges_before, on=[*DEVICE_KEY, "end_ns"], how="semi")
-        .unique(subset=[*DEVICE_KEY, "end_ns"], keep="first")
-        .select(*DEVICE_KEY, "end_ns", before=pl.col("name").cast(pl.String))
+        keyed(work.select(*DEVICE_KEY, "end_ns", "name"), "end_ns")
+        .join(edges_before, left_on=edge_on("end_ns"), right_on=edge_on("start_ns"), how="semi")
+        .unique(subset=edge_on("end_ns"), keep="first")
+        .select(*edge_on("end_ns"), before=pl.col("name").cast(pl.String))
     )
     merged_syncs = union(syncs.select("rank", "start_ns", "end_ns"), ["rank"])
     # the host call to name (CUPTI records have no thread, and a call is what a user can fix)
@@ -133,15 +146,17 @@ def idle_gaps(
         busy_before(
             gaps.join(
                 after,
-                left_on=[*DEVICE_KEY, "end_ns"],
-                right_on=[*DEVICE_KEY, "start_ns"],
+                left_on=edge_on("end_ns"),
+                right_on=edge_on("start_ns"),
                 how="left",
-            ).join(
+            )
+            .join(
                 before,
-                left_on=[*DEVICE_KEY, "start_ns"],
-                right_on=[*DEVICE_KEY, "end_ns"],
+                left_on=edge_on("start_ns"),
+                right_on=edge_on("end_ns"),
                 how="left",
-            ),
+            )
+            .select(pl.all().exclude("^_k_.*$")),
             merged_syncs,
             ["rank"],
             "start_ns",
@@ -196,8 +211,37 @@ def idle_gaps(
             "sync_name",
             "sync_start_ns",
         )
-        .sort(*DEVICE_KEY, "start_ns")
+        .pipe(sort_stable, [*DEVICE_KEY, "start_ns"])  # one gap per (device, start)
     )
+
+
+def _edge_key(windows: pl.LazyFrame) -> Callable[[str], pl.Expr] | None:
+    """A function giving, for a time column, one Int64 per (rank, device, time) inside the
+    device's window (null outside it): the window's index times a stride, plus the time
+    since the earliest window start. Distinct points get distinct keys. None where the
+    windows are too long or too many for an Int64.
+    """
+    wins = windows.select(*DEVICE_KEY, "start_ns", "end_ns").collect()
+    if wins.height == 0:
+        return None
+    lo = int(wins["start_ns"].min())  # type: ignore[arg-type]
+    stride = int(wins["end_ns"].max()) - lo + 1  # type: ignore[arg-type]
+    if stride <= 0 or wins.height * stride >= 1 << 62:
+        return None
+    packed = pl.col("rank").cast(pl.Int64) * (1 << 32) + pl.col("device").cast(pl.Int64)
+    ids = (wins["rank"].cast(pl.Int64) * (1 << 32) + wins["device"].cast(pl.Int64)).to_list()
+    index = packed.replace_strict(
+        ids, list(range(wins.height)), default=None, return_dtype=pl.Int64
+    )
+    w_start = packed.replace_strict(ids, wins["start_ns"].to_list(), default=None)
+    w_end = packed.replace_strict(ids, wins["end_ns"].to_list(), default=None)
+
+    def key(time: str) -> pl.Expr:
+        t = pl.col(time)
+        inside = (t >= w_start) & (t <= w_end)
+        return pl.when(inside).then(index * stride + (t - lo))
+
+    return key
 
 
 def idle_by_cause(gaps: pl.LazyFrame) -> pl.LazyFrame:

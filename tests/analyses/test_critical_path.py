@@ -257,3 +257,13 @@ def test_multi_rank_nccl_path_crosses_ranks() -> None:
     # a rank whose path runs through another rank waited for it inside a collective
     assert (crossing["comm_ns"] > 0).all()
     assert (cp.path.filter(pl.col("role") == "collective").height) > 0
+
+
+def test_same_trace_same_path() -> None:
+    """A runtime call and the driver call inside it start together on one thread: the path
+    must not depend on which of the two a parallel sort put last (it once did, here)."""
+    timeline = read(_corpus_file("public/hta/trace_diff_test_v100/test.json.gz"))
+    runs = [_paths(timeline).steps.sort("rank", "step") for _ in range(4)]
+    for other in runs[1:]:
+        assert other.equals(runs[0])
+    assert runs[0]["cpu_launch_ns"].sum() > 0

@@ -168,6 +168,6 @@ def memory_bound_bandwidth(
         .with_columns(gbps=pl.col("bytes") / pl.col("kernel_ns"))
         .join(peaks.lazy(), on=DEVICE_KEY, how="left")
         .with_columns(share_of_peak=pl.col("gbps") / pl.col("peak_gbps"))
-        .sort("kernel_ns", descending=True)
+        .sort(["kernel_ns", "rank", "device", "op_name"], descending=[True, False, False, False])
         .collect()
     )

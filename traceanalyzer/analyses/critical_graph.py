@@ -500,14 +500,21 @@ def _host_edges(
         .filter(pl.col("nn").is_not_null())
         .sort("t")
     )
-    calls_sorted = sync_calls.select(*pkey, s_start="start_ns", s_end="end_ns").sort("s_start")
-    launches = launched.select(*pkey, l_start="ls", l_end="le").unique().sort("l_start")
+    # calls that start together on one thread (a runtime call and the driver call inside it)
+    # count as one, ending at the latest end: the as-of joins below then match one row per
+    # start, whatever order a parallel sort left ties in
+    calls_sorted = (
+        sync_calls.group_by(*pkey, s_start="start_ns")
+        .agg(s_end=pl.col("end_ns").max())
+        .sort("s_start")
+    )
+    launches = launched.group_by(*pkey, l_start="ls").agg(l_end=pl.col("le").max()).sort("l_start")
     # the GPU work each sync call waited for: the latest end of the rank's GPU work that
     # fell inside the call
     waits = (
         sync_calls.sort("end_ns")
         .join_asof(
-            ops.select("rank", "step", g="end_ns", gb="b").sort("g"),
+            ops.select("rank", "step", g="end_ns", gb="b").sort("g", "gb"),
             left_on="end_ns",
             right_on="g",
             by=["rank", "step"],

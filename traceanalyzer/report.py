@@ -246,7 +246,9 @@ def build_report(
     ]
     span = metrics.windows.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
     q = meta.quality
-    longest = metrics.gaps.sort("gap_ns", descending=True).head(LONGEST_GAPS)
+    longest = metrics.gaps.sort(
+        ["gap_ns", "rank", "device", "start_ns"], descending=[True, False, False, False]
+    ).head(LONGEST_GAPS)
     return Report(
         source={
             "path": meta.path,

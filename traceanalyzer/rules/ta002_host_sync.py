@@ -72,7 +72,11 @@ class HostSync(Rule):
     def check(self, ctx: Context, t: Thresholds) -> Iterable[Finding]:
         sites = ctx.metrics.sync_sites.filter(pl.col("per_step") >= t.min_per_step)
         for rank in sorted(set(sites["rank"].to_list())):  # one finding per rank
-            mine = sites.filter(pl.col("rank") == rank).sort("per_step", descending=True)
+            mine = sites.filter(pl.col("rank") == rank).sort(
+                ["per_step", "idle_ns", "name", "op", "site"],
+                descending=[True, True, False, False, False],
+                nulls_last=True,
+            )
             top = mine.row(0, named=True)
             per_step = float(mine["per_step"].sum())
             idle = int(mine["idle_ns"].sum())

@@ -87,7 +87,7 @@ class CommNotOverlapped(Rule):
             rank, device = d["rank"], d["device"]
             colls = ctx.metrics.collectives.filter(
                 (pl.col("rank") == rank) & (pl.col("device") == device)
-            ).sort("exposed_ns", descending=True)
+            ).sort(["exposed_ns", "collective"], descending=[True, False], nulls_last=True)
             top = [
                 {
                     "collective": str(c["collective"]),

@@ -99,7 +99,9 @@ class TraceQuality(Rule):
         yield from self._steps(ctx, t)
         dropped = {k: n for k, n in q.dropped.items() if k not in BENIGN_DROPS}
         if sum(dropped.values()) >= t.min_dropped_events and dropped:
-            listed = ", ".join(f"{n} {k}" for k, n in sorted(dropped.items(), key=lambda x: -x[1]))
+            listed = ", ".join(
+                f"{n} {k}" for k, n in sorted(dropped.items(), key=lambda x: (-x[1], x[0]))
+            )
             yield self.finding(
                 ctx,
                 f"{sum(dropped.values())} events dropped while reading: {listed}",

@@ -422,3 +422,17 @@ def test_lift_args_rewrites_in_place_keeping_the_length() -> None:
     text = arr.tobytes()
     assert len(text) == len(line)
     assert text.split() == b'{ "ph": "X", "dur": 1, "stream": 7, "x": [1] }'.split()
+
+
+def test_flow_events_are_blanked_without_changing_the_events(tmp_path: Path) -> None:
+    """Flow arrows (ph s/f) are folded into the line before them; every event stays."""
+
+    def flow(ph: str, ts: float, i: int) -> dict[str, object]:
+        return {"ph": ph, "id": i, "pid": 100, "tid": 100, "ts": ts, "cat": "ac2g", "name": "f"}
+
+    with_flows: list[dict[str, object]] = [flow("s", 100.5, 0)]
+    for i, ev in enumerate(EVENTS):
+        with_flows += [ev, flow("s", 101.0 + i, i), flow("f", 110.0 + i, i)]
+    plain = _events(write_trace(tmp_path / "plain.json", EVENTS))
+    flows = _events(write_trace(tmp_path / "flows.json", with_flows))
+    assert flows.equals(plain)

@@ -84,6 +84,7 @@ class EventSplitter:
         if needs_exact_timestamps(buf, last + 1):
             exact_timestamps(out)
         lift_args(out, at, newlines)
+        merge_flows(out, at, len(sep))
         return last + 1, last + len(sep) - 1
 
 
@@ -202,6 +203,51 @@ def lift_args(out: Bytes, ends: Positions, newlines: Positions) -> None:
     words[lifted] = _word(b" " * 8)
     out[lifted + 8] = 32
     out[close[ok]] = 32
+
+
+#: What a flow event (`"ph": "s"` start, `"ph": "f"` finish) starts with, as 8-byte words.
+_FLOW_WORDS = (b'"ph": "s', b'"ph": "f')
+#: Longest flow event blanked (Kineto's are about 120 bytes).
+_FLOW_MAX = 512
+
+
+def merge_flows(out: Bytes, ends: Positions, sep_len: int) -> None:
+    """Blank each flow event into the line before it, in place.
+
+    Flow events (the arrows between a CPU op and its kernel, about a third of Kineto's
+    events) are not read: the correlation ids link launches to kernels. Turning a flow
+    event and the newline before it into spaces makes it trailing blanks of the event
+    before: one row fewer for the NDJSON parser, which costs about 14 % of its time on
+    Kineto's traces. Only events whose first key is `"ph": "s"` or `"ph": "f"`, right after
+    the brace and blanks laid out as in the first event of the block, are blanked.
+    `ends` holds the closing brace of each event; the block's first event is kept.
+    """
+    if ends.size < 2:
+        return
+    lo = ends[:-1] + 2  # the newline that ends the event before
+    brace = ends[:-1] + sep_len - 1
+    hi = ends[1:]
+    k = 1
+    while k <= 8 and brace[0] + k < out.size and out[brace[0] + k] in _BLANKS:
+        k += 1
+    if k > 8 or int(brace[0]) + k + 8 > out.size:
+        return
+    words = _words(out)
+    head = words[brace + k]
+    flow = (head == _word(_FLOW_WORDS[0])) | (head == _word(_FLOW_WORDS[1]))
+    if k > 1:  # the blanks between the brace and the key are the first event's
+        gap = np.uint64((1 << (8 * (k - 1))) - 1)
+        first_gap = np.uint64(int.from_bytes(out[brace[0] + 1 : brace[0] + k].tobytes(), "little"))
+        flow &= (words[brace + 1] & gap) == first_gap
+    flow &= (hi - lo >= 8) & (hi - lo < _FLOW_MAX)
+    if not flow.any():
+        return
+    lo, hi = lo[flow], hi[flow]
+    blanks = _word(b" " * 8)
+    for j in range(0, int((hi - lo).max()), 8):
+        inside = lo + j + 7 <= hi
+        words[lo[inside] + j] = blanks
+    words[hi - 7] = blanks
 
 
 _TS_VALUE = re.compile(rb'"ts": ?(\d+)\.')

@@ -11,7 +11,9 @@ import csv
 import os
 import re
 import sqlite3
+import sys
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
@@ -21,6 +23,7 @@ import traceanalyzer.readers as readers
 from tests.conftest import REPO, corpus
 from traceanalyzer.errors import NoGpuEventsError, TraceFormatError
 from traceanalyzer.model import EVENT_SCHEMA, Timeline
+from traceanalyzer.readers import nsys_sqlite
 from traceanalyzer.readers.nsys_sqlite import NsysSqliteReader, session_start_utc_ns
 
 DATA = REPO / "tests" / "data" / "nsys"
@@ -211,6 +214,40 @@ def test_damaged_file(tmp_path: Path) -> None:
     with pytest.raises(TraceFormatError) as err:
         READER.read(path)
     assert err.value.hint
+
+
+def test_large_table_printed_by_a_helper_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runtime table, when large, is printed by a helper process: same timeline."""
+    path = nsys_db_from_sql("two_ranks", tmp_path)
+    monkeypatch.setattr(nsys_sqlite, "CHUNK_ROWS", 2)  # several blobs per table
+    expected = READER.read(path)
+    calls: list[str] = []
+    helper = nsys_sqlite._blobs_aside
+
+    def counted(uri: str, sql: str, lo: int, hi: int) -> Iterator[bytes]:
+        calls.append(sql)
+        return helper(uri, sql, lo, hi)
+
+    monkeypatch.setattr(nsys_sqlite, "ASIDE_MIN_ROWS", 1)
+    monkeypatch.setattr(nsys_sqlite, "_blobs_aside", counted)
+    got = READER.read(path)
+    assert len(calls) == 1 and "CUPTI_ACTIVITY_KIND_RUNTIME" in calls[0]
+    assert got.events.equals(expected.events, null_equal=True)
+    assert got.meta == expected.meta
+
+
+def test_helper_process_failure_falls_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A helper that fails (here: exits at once) costs time, not the read."""
+    path = nsys_db_from_sql("two_ranks", tmp_path)
+    expected = READER.read(path)
+    monkeypatch.setattr(nsys_sqlite, "ASIDE_MIN_ROWS", 1)
+    monkeypatch.setattr(nsys_sqlite, "_ASIDE_CODE", "import sys; sys.exit(3)")
+    assert READER.read(path).events.equals(expected.events, null_equal=True)
+    for missing in ("python3-missing", "uwsgi"):  # cannot start; not an interpreter
+        monkeypatch.setattr(sys, "executable", str(tmp_path / missing))
+        assert READER.read(path).events.equals(expected.events, null_equal=True)
 
 
 def test_sniff_rejects_json(tmp_path: Path) -> None:

@@ -43,18 +43,28 @@ def analyze(
     pattern = step_pattern or windows.default_step_pattern(timeline.meta.format)
     _check_pattern(pattern)
     markers = windows.step_markers(timeline, pattern).collect().lazy()
-    linked = windows.gpu_work_linked(timeline, markers)
+    keys = windows.launch_keys(timeline, markers)
+    syncs = idle.sync_calls(timeline).collect().lazy()
+    # first, while few other large frames are held (its GPU work with the columns it reads
+    # only): it needs the most memory of all
+    paths = critical_path.critical_paths(
+        timeline,
+        markers.collect(),
+        syncs.collect(),
+        work=windows.linked_work(timeline, markers, keys, windows.CRITICAL_PATH_COLUMNS),
+    )
+    linked = windows.linked_work(timeline, markers, keys)
     work = linked.lazy().drop(windows.LAUNCH_EXTRA)
     steps = windows.device_steps(work, markers).collect()
     by_steps = steps.height > 0
     wins = windows.device_windows(work, steps.lazy(), markers, by_steps).collect()
     in_windows = _classified(timeline, devices.kernels_in_windows(work, wins.lazy())).collect()
-    syncs = idle.sync_calls(timeline).collect().lazy()
     # in-memory: the streaming engine takes much longer over the window joins and join_asofs
     gaps = idle.idle_gaps(timeline, work, wins.lazy(), syncs, launch_gap_max_ns).collect(
         engine="in-memory"
     )
     kin = in_windows.lazy()
+    has_comm = bool(in_windows["is_comm"].any())
     (
         dev,
         step_rows,
@@ -73,8 +83,8 @@ def analyze(
             idle.idle_by_cause(gaps.lazy()),
             idle.idle_per_step(gaps.lazy(), steps.lazy()),
             idle.sync_sites(timeline, syncs, markers, gaps.lazy()),
-            overlap.comm_overlap(kin, wins.lazy()),
-            overlap.per_collective(kin),
+            overlap.comm_overlap(kin, wins.lazy(), has_comm),
+            overlap.per_collective(kin, has_comm),
             overlap.rank_imbalance(kin),
             tensor_cores.tensor_core_summary(in_windows).lazy(),
             copies.memcpy_summary(work, wins.lazy()),
@@ -93,7 +103,6 @@ def analyze(
         step_idle, on=[*windows.DEVICE_KEY, "step"], how="left"
     ).with_columns(pl.col(f"{c}_ns" for c in idle.CAUSES).fill_null(0))
     small = kernels.small_kernels(in_windows)
-    paths = critical_path.critical_paths(timeline, markers.collect(), syncs.collect(), work=linked)
     peaks = memory.step_peaks(timeline, markers)
     steps_per_rank = markers.group_by("rank").agg(steps=pl.len().cast(pl.Int64)).collect()
     slowest = int(imbalance.sort("wait_ns", "rank")["rank"][0]) if imbalance.height > 1 else None
@@ -158,7 +167,7 @@ def no_gpu_events(timeline: Timeline) -> NoGpuEventsError:
         for k, n in timeline.meta.quality.dropped.items()
         if k.startswith("category ")
     )
-    held = timeline.events.group_by("kind").len().sort("len", descending=True)
+    held = timeline.events.group_by("kind").len().sort(["len", "kind"], descending=[True, False])
     kinds = ", ".join(f"{n} {k}" for k, n in held.iter_rows())
     if other:
         cats = ", ".join(f"{n} {c}" for c, n in other)

@@ -35,5 +35,9 @@ def memcpy_summary(work: pl.LazyFrame, windows: pl.LazyFrame) -> pl.LazyFrame:
             src_memory=pl.col("src_memory").cast(pl.String),
             dst_memory=pl.col("dst_memory").cast(pl.String),
         )
-        .sort(*DEVICE_KEY, "time_ns", descending=[False, False, True])
+        .sort(  # ties in a fixed order: the report is diffed
+            [*DEVICE_KEY, "time_ns", "copy_kind", "src_memory", "dst_memory"],
+            descending=[False, False, True, False, False, False],
+            nulls_last=True,
+        )
     )

@@ -119,13 +119,13 @@ def idle_gaps(
         .join(edges_after, left_on=edge_on("start_ns"), right_on=edge_on("end_ns"), how="semi")
         .sort("launch_ns", nulls_last=True)
         .unique(subset=edge_on("start_ns"), keep="first")
-        .select(*edge_on("start_ns"), "launch_ns", after=pl.col("name").cast(pl.String))
+        .select(*edge_on("start_ns"), "launch_ns", after="name")
     )
     before = (
         keyed(work.select(*DEVICE_KEY, "end_ns", "name"), "end_ns")
         .join(edges_before, left_on=edge_on("end_ns"), right_on=edge_on("start_ns"), how="semi")
         .unique(subset=edge_on("end_ns"), keep="first")
-        .select(*edge_on("end_ns"), before=pl.col("name").cast(pl.String))
+        .select(*edge_on("end_ns"), before="name")
     )
     merged_syncs = union(syncs.select("rank", "start_ns", "end_ns"), ["rank"])
     # the host call to name (CUPTI records have no thread, and a call is what a user can fix)
@@ -198,6 +198,7 @@ def idle_gaps(
             sync_name=pl.when(named & (pl.col("sync_ns") > 0)).then(pl.col("sync_name")),
             sync_start_ns=pl.when(named & (pl.col("sync_ns") > 0)).then(pl.col("n_start")),
         )
+        .pipe(_as_text, work, ["before", "after"])
         .select(
             *DEVICE_KEY,
             "start_ns",
@@ -213,6 +214,21 @@ def idle_gaps(
         )
         .pipe(sort_stable, [*DEVICE_KEY, "start_ns"])  # one gap per (device, start)
     )
+
+
+def _as_text(frame: pl.LazyFrame, work: pl.LazyFrame, columns: list[str]) -> pl.LazyFrame:
+    """Categorical work-name columns of `frame` as String, through a join with the distinct
+    names: the strings of each name are made once and every row's value points into them
+    (a cast would copy the name into each row: 0.5 GB for a million gaps of long kernel
+    names)."""
+    text = work.select(pl.col("name").unique()).with_columns(_text=pl.col("name").cast(pl.String))
+    for c in columns:
+        frame = (
+            frame.join(text, left_on=c, right_on="name", how="left", maintain_order="left")
+            .drop(c)
+            .rename({"_text": c})
+        )
+    return frame
 
 
 def _edge_key(windows: pl.LazyFrame) -> Callable[[str], pl.Expr] | None:
@@ -386,7 +402,8 @@ def gap_histogram(gaps: pl.DataFrame) -> pl.DataFrame:
 
 def sync_sites_summary(calls: pl.DataFrame, steps_per_rank: pl.DataFrame) -> pl.DataFrame:
     """Per (rank, name, op, site): count, steps (distinct steps with one), per_step (count
-    in steps / steps of that rank; null without steps), idle_ns; most idle first.
+    in steps / steps of that rank; null without steps), idle_ns; most idle first (then most
+    calls, then by rank, name, op and site).
 
     `steps_per_rank`: rank, steps (number of host steps).
     """
@@ -406,7 +423,11 @@ def sync_sites_summary(calls: pl.DataFrame, steps_per_rank: pl.DataFrame) -> pl.
             )
         )
         .drop("in_steps", "steps_total")
-        .sort(["idle_ns", "count"], descending=True)
+        .sort(  # ties (the same site on several ranks) in a fixed order: the report is diffed
+            ["idle_ns", "count", "rank", "name", "op", "site"],
+            descending=[True, True, False, False, False, False],
+            nulls_last=True,
+        )
         .collect()
     )
 

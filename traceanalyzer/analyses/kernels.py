@@ -139,6 +139,6 @@ def class_breakdown(kernels: pl.DataFrame) -> pl.DataFrame:
         .group_by(pl.col("kernel_class").cast(pl.String))
         .agg(count=pl.len().cast(pl.Int64), total_ns=pl.col("clipped_ns").sum())
         .with_columns(share=(pl.col("total_ns") / total) if total else pl.lit(None, pl.Float64))
-        .sort("total_ns", descending=True)
+        .sort(["total_ns", "kernel_class"], descending=[True, False], nulls_last=True)
         .collect()
     )

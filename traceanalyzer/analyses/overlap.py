@@ -35,10 +35,14 @@ def _clipped(kernels: pl.LazyFrame) -> pl.LazyFrame:
     return kernels.select(*DEVICE_KEY, "start_ns", "end_ns", "is_comm")
 
 
-def comm_overlap(kernels: pl.LazyFrame, windows: pl.LazyFrame) -> pl.LazyFrame:
+def comm_overlap(
+    kernels: pl.LazyFrame, windows: pl.LazyFrame, has_comm: bool = True
+) -> pl.LazyFrame:
     """rank, device, comm_ns, overlapped_comm_ns, exposed_comm_ns, overlap_share.
 
-    `kernels`: kernels inside the windows with an `is_comm` column.
+    `kernels`: kernels inside the windows with an `is_comm` column. `has_comm=False` says
+    that none is communication: every total is then 0 (compute and all kernels have the same
+    union), and no union is computed.
     """
     wins = windows.select(*DEVICE_KEY, w_start="start_ns", w_end="end_ns")
     cut = (
@@ -52,6 +56,8 @@ def comm_overlap(kernels: pl.LazyFrame, windows: pl.LazyFrame) -> pl.LazyFrame:
     )
 
     def length(frame: pl.LazyFrame, name: str) -> pl.LazyFrame:
+        if not has_comm:  # no rows, with the key dtypes of the kernels
+            return frame.select(DEVICE_KEY).clear().with_columns(pl.lit(0, pl.Int64).alias(name))
         merged = union(frame, DEVICE_KEY)
         return merged.group_by(DEVICE_KEY).agg(
             (pl.col("end_ns") - pl.col("start_ns")).sum().alias(name)
@@ -79,15 +85,18 @@ def comm_overlap(kernels: pl.LazyFrame, windows: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def per_collective(kernels: pl.LazyFrame) -> pl.LazyFrame:
+def per_collective(kernels: pl.LazyFrame, has_comm: bool = True) -> pl.LazyFrame:
     """rank, device, collective, count, total_ns, exposed_ns, msg_bytes (sum, where recorded).
 
     `kernels`: kernels inside the windows with `is_comm`, `collective_kind` and `clipped_ns`.
     A kernel's exposed time is its time inside the window minus its overlap with the union of
-    compute kernels.
+    compute kernels. `has_comm=False` (no communication kernel: no rows) skips that union.
     """
-    compute = union(
-        kernels.filter(~pl.col("is_comm")).select(*DEVICE_KEY, "start_ns", "end_ns"), DEVICE_KEY
+    compute_work = kernels.filter(~pl.col("is_comm")).select(*DEVICE_KEY, "start_ns", "end_ns")
+    compute = (
+        union(compute_work, DEVICE_KEY)
+        if has_comm
+        else compute_work.clear().with_columns(busy_before_ns=pl.lit(0, pl.Int64))
     )
     comm = kernels.filter(pl.col("is_comm")).with_columns(
         lo=pl.col("start_ns"), hi=pl.col("start_ns") + pl.col("clipped_ns")
@@ -114,7 +123,11 @@ def per_collective(kernels: pl.LazyFrame) -> pl.LazyFrame:
                 pl.col("msg_bytes").sum()
             ),
         )
-        .sort(*DEVICE_KEY, "total_ns", descending=[False, False, True])
+        .sort(
+            [*DEVICE_KEY, "total_ns", "collective"],
+            descending=[False, False, True, False],
+            nulls_last=True,
+        )
     )
 
 

@@ -90,6 +90,10 @@ def matmul_shapes(timeline: Timeline, kernels: pl.DataFrame) -> pl.DataFrame:
             .then(None)
             .otherwise(pl.col("misaligned"))
         )
-        .sort("kernel_ns", descending=True)
+        .sort(
+            ["kernel_ns", "rank", "device", "op_name", "m", "n", "k", "dtype"],
+            descending=[True, False, False, False, False, False, False, False],
+            nulls_last=True,
+        )
         .collect()
     )

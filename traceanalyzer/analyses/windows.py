@@ -15,9 +15,11 @@ Without step markers the window of a device runs from its first to its last GPU 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import polars as pl
 
-from traceanalyzer.model import Kind, Timeline
+from traceanalyzer.model import GPU_KINDS, Kind, Timeline
 
 _HOST_RANGE_KINDS = [Kind.ANNOTATION.value, Kind.CPU_OP.value]
 DEVICE_KEY = ["rank", "device"]
@@ -69,6 +71,8 @@ def step_markers(timeline: Timeline, pattern: str) -> pl.LazyFrame:
 #: Launch columns `gpu_work_linked` keeps besides `launch_ns` (for the critical path and the
 #: clock check); `gpu_work_with_step` leaves them out.
 LAUNCH_EXTRA = ("launch_end_ns", "launch_pid", "launch_tid")
+#: The columns `gpu_work_linked` adds to the GPU work, in order.
+LINK_COLUMNS = ("launch_ns", *LAUNCH_EXTRA, "step")
 
 
 def gpu_work_with_step(timeline: Timeline, markers: pl.LazyFrame) -> pl.LazyFrame:
@@ -85,31 +89,88 @@ def gpu_work_linked(timeline: Timeline, markers: pl.LazyFrame) -> pl.DataFrame:
     Where a GPU operation matches several calls the join repeats it, and the grouped table
     (the earliest call) is used instead.
     """
+    return linked_work(timeline, markers, launch_keys(timeline, markers))
+
+
+#: The GPU work columns the critical path reads (critical_graph.gpu_ops), besides the launch.
+CRITICAL_PATH_COLUMNS = ("rank", "device", "stream", "kind", "name", "start_ns", "end_ns")
+
+
+def launch_keys(timeline: Timeline, markers: pl.LazyFrame) -> pl.DataFrame | None:
+    """The rows of `gpu_work_linked` without their columns: `_row` (the GPU operation's row
+    in the events), `_call` (its launch call's row; null where none), `launch_ns` and
+    `step`, in the final order. None where a GPU operation matches several calls (then the
+    grouped table, the earliest call, is used: see `linked_work`).
+
+    The join, the sort and the join_asof run on row numbers and keys only: the launch
+    columns and the (wide) GPU work columns are gathered by `linked_work`, once.
+    """
+    events = timeline.events
+    lo, hi = events.select(lo=pl.col("correlation").min(), hi=pl.col("correlation").max()).row(0)
+    # one Int64 key per (rank, correlation) where correlations fit in 32 bits: a join on two
+    # columns encodes every row and takes twice the memory
+    packed = lo is None or (lo >= 0 and hi < 1 << 32)
+    key = (
+        [(pl.col("rank").cast(pl.Int64) * (1 << 32) + pl.col("correlation")).alias("_key")]
+        if packed
+        else [pl.col("correlation")]
+    )
+    on = "_key" if packed else ["rank", "correlation"]
     calls = (
-        timeline.events.lazy()
+        events.lazy()
+        .with_row_index("_call")
         .filter(
             pl.col("kind").is_in([Kind.RUNTIME.value, Kind.DRIVER.value])
             & pl.col("correlation").is_not_null()
         )
-        .select(
-            "rank",
-            "correlation",
-            launch_start_ns="start_ns",
-            launch_end_ns="end_ns",
-            launch_pid="pid",
-            launch_tid="tid",
-        )
+        .select("_call", *key if packed else ["rank", "correlation"])
     )
-    gpu = timeline.gpu_work()
-    joined = gpu.join(calls, on=["rank", "correlation"], how="left", maintain_order="left")
-    # the in-memory engine runs this plan (joins, a sort, a join_asof) in less than half the
-    # time of the streaming one
-    work = _with_step(joined, markers).collect(engine="in-memory")
-    if work.height != gpu.select(pl.len()).collect().item():
+    gpu = (
+        events.lazy()
+        .with_row_index("_row")
+        .filter(pl.col("kind").is_in([k.value for k in GPU_KINDS]))
+        .select("_row", "rank", *key)
+    )
+    # the in-memory engine runs these plans (a join; a sort and a join_asof) in less than
+    # half the time of the streaming one
+    joined = (
+        gpu.join(calls, on=on, how="left", maintain_order="left")
+        .select("_row", "rank", "_call")
+        .collect(engine="in-memory")
+    )
+    if joined.height != gpu.select(pl.len()).collect().item():
+        return None
+    launch = joined.with_columns(launch_start_ns=events["start_ns"].gather(joined["_call"]))
+    return (
+        _with_step(launch.lazy(), markers)
+        .select("_row", "_call", "launch_ns", "step")
+        .collect(engine="in-memory")
+    )
+
+
+def linked_work(
+    timeline: Timeline,
+    markers: pl.LazyFrame,
+    keys: pl.DataFrame | None,
+    columns: Sequence[str] | None = None,
+) -> pl.DataFrame:
+    """`gpu_work_linked` from `launch_keys`; with `columns`, only those GPU work columns
+    (plus the launch columns and `step`)."""
+    if keys is None:
         work = _with_step(timeline.launch_links().drop("launch_name"), markers).collect(
             engine="in-memory"
         )
-    return work
+        return work if columns is None else work.select(*columns, *LINK_COLUMNS)
+    events = timeline.events
+    wide = events if columns is None else events.select(columns)
+    call = keys["_call"]
+    return wide[keys["_row"]].with_columns(
+        keys["launch_ns"],
+        events["end_ns"].gather(call).alias("launch_end_ns"),
+        events["pid"].gather(call).alias("launch_pid"),
+        events["tid"].gather(call).alias("launch_tid"),
+        keys["step"],
+    )
 
 
 def _with_step(links: pl.LazyFrame, markers: pl.LazyFrame) -> pl.LazyFrame:

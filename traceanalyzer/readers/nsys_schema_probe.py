@@ -78,7 +78,7 @@ def open_readonly(path: Path) -> sqlite3.Connection:
     `immutable=1` also tells SQLite that nobody writes the file meanwhile, so it takes no
     locks; an export is written once by `nsys export` and never changed.
     """
-    uri = f"{path.resolve().as_uri()}?mode=ro&immutable=1"
+    uri = readonly_uri(path)
     try:
         con = sqlite3.connect(uri, uri=True, check_same_thread=False)
         con.execute("SELECT count(*) FROM sqlite_master").fetchone()
@@ -90,6 +90,11 @@ def open_readonly(path: Path) -> sqlite3.Connection:
             "`nsys export --type sqlite`",
         ) from exc
     return con
+
+
+def readonly_uri(path: Path) -> str:
+    """The URI that opens `path` read-only and immutable (see `open_readonly`)."""
+    return f"{path.resolve().as_uri()}?mode=ro&immutable=1"
 
 
 def probe(con: sqlite3.Connection, path: Path) -> Probe:
@@ -154,26 +159,11 @@ def session_start_utc_ns(con: sqlite3.Connection, pr: Probe) -> int | None:
 
 @dataclass(frozen=True, slots=True)
 class Process:
-    """One process that ran GPU work, and when its first GPU work started."""
+    """One process that ran GPU work, and when its first GPU work started (found from the
+    fetched GPU rows, see `nsys_sqlite._gpu_processes`)."""
 
     pid: int
     first_gpu_ns: int
-
-
-def gpu_processes(con: sqlite3.Connection, pr: Probe) -> list[Process]:
-    """The processes that ran kernels, memcpys or memsets, in pid order."""
-    parts = [
-        f"SELECT (globalPid >> 24) & 16777215 AS pid, min(start) AS first FROM {t} "
-        "WHERE globalPid IS NOT NULL GROUP BY 1"
-        for t in GPU_TABLES
-        if pr.has(t, "globalPid")
-    ]
-    if not parts:
-        return []
-    rows = con.execute(
-        f"SELECT pid, min(first) FROM ({' UNION ALL '.join(parts)}) GROUP BY pid ORDER BY pid"
-    ).fetchall()
-    return [Process(pid=int(p), first_gpu_ns=int(f)) for p, f in rows]
 
 
 def _env_ranks(con: sqlite3.Connection, pr: Probe) -> list[int]:

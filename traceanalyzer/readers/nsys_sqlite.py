@@ -17,8 +17,12 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import struct
+import subprocess
+import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import polars as pl
@@ -73,6 +77,7 @@ _API_VERSION = re.compile(r"_v\d+$")
 
 Column = tuple[str, str, pl.DataType]  # name, SQL expression, dtype
 _I = pl.Int64()
+_I32 = pl.Int32()
 _S = pl.String()
 
 
@@ -114,6 +119,28 @@ def session_start_utc_ns(path: Path) -> int | None:
 # ------------------------------------------------------------------------------ fetching
 
 
+def _query(table: str, columns: Sequence[Column], where: str, joins: str) -> tuple[str, pl.Schema]:
+    """The aggregate query that prints one rowid range of `table` as CSV, and its schema."""
+    schema = pl.Schema({name: dtype for name, _expr, dtype in columns})
+    fmt = ",".join("%Q" if dtype == _S else "%s" for _n, _e, dtype in columns)
+    args = ", ".join(
+        f"coalesce({expr}, '')" if dtype == _S else expr for _n, expr, dtype in columns
+    )
+    cond = f"AND ({where})" if where else ""
+    sql = (
+        f"SELECT CAST(group_concat(printf('{fmt}', {args}), char(10)) AS BLOB) "
+        f"FROM {table} AS t {joins} WHERE t.rowid >= ? AND t.rowid < ? {cond}"
+    )
+    return sql, schema
+
+
+def _parse(blobs: Iterable[bytes], schema: pl.Schema) -> pl.DataFrame:
+    parts = [
+        pl.read_csv(blob, has_header=False, schema=schema, quote_char="'") for blob in blobs if blob
+    ]
+    return pl.concat(parts, rechunk=False) if parts else pl.DataFrame(schema=schema)
+
+
 def fetch(
     con: sqlite3.Connection,
     table: str,
@@ -127,24 +154,94 @@ def fetch(
     String columns are printed with `%Q` (SQL quoting: 'it''s'), which is CSV quoting with
     `'` as the quote character, so names with commas, quotes or newlines survive.
     """
-    schema = pl.Schema({name: dtype for name, _expr, dtype in columns})
-    fmt = ",".join("%Q" if dtype == _S else "%s" for _n, _e, dtype in columns)
-    args = ", ".join(
-        f"coalesce({expr}, '')" if dtype == _S else expr for _n, expr, dtype in columns
-    )
-    cond = f"AND ({where})" if where else ""
-    sql = (
-        f"SELECT CAST(group_concat(printf('{fmt}', {args}), char(10)) AS BLOB) "
-        f"FROM {table} AS t {joins} WHERE t.rowid >= ? AND t.rowid < ? {cond}"
-    )
+    sql, schema = _query(table, columns, where, joins)
     lo, hi = con.execute(f"SELECT min(rowid), max(rowid) FROM {table}").fetchone()
-    parts = []
+    blobs: list[bytes] = []
     if lo is not None:
         for start in range(lo, hi + 1, CHUNK_ROWS):
             (blob,) = con.execute(sql, (start, start + CHUNK_ROWS)).fetchone()
-            if blob:
-                parts.append(pl.read_csv(blob, has_header=False, schema=schema, quote_char="'"))
-    return pl.concat(parts, rechunk=False) if parts else pl.DataFrame(schema=schema)
+            blobs.append(blob or b"")
+    return _parse(blobs, schema)
+
+
+#: Tables with at least this many rows are printed by a helper process (see `fetch_aside`).
+ASIDE_MIN_ROWS = 1 << 20
+
+#: The helper process: prints each rowid range of the query and writes the blobs to stdout,
+#: each after its length (8 bytes, little-endian). Only the standard library is imported.
+_ASIDE_CODE = """
+import sqlite3, struct, sys
+uri, sql, lo, hi, step = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6])
+con = sqlite3.connect(uri, uri=True)
+out = sys.stdout.buffer
+for start in range(lo, hi + 1, step):
+    (blob,) = con.execute(sql, (start, start + step)).fetchone()
+    blob = blob or b""
+    out.write(struct.pack("<q", len(blob)))
+    out.write(blob)
+out.flush()
+"""
+
+
+def fetch_aside(
+    con: sqlite3.Connection,
+    path: Path,
+    table: str,
+    columns: Sequence[Column],
+    pool: ThreadPoolExecutor,
+) -> Future[pl.DataFrame]:
+    """`fetch`, started now and finished while the caller reads other tables.
+
+    SQLite prints the rows (most of a read's time) on one core per process: threads of one
+    process gain nothing (they contend inside SQLite), so a large table is printed by a
+    helper Python process running the same query on the same read-only, immutable file,
+    and a thread of `pool` parses its blobs as they arrive. Should the helper fail, that
+    thread reads the table itself, on a connection of its own. A small table is read at
+    once, here.
+    """
+    sql, schema = _query(table, columns, "", "")
+    lo, hi = con.execute(f"SELECT min(rowid), max(rowid) FROM {table}").fetchone()
+    if lo is None or hi - lo + 1 < ASIDE_MIN_ROWS:  # not worth a process: read it now
+        done: Future[pl.DataFrame] = Future()
+        done.set_result(fetch(con, table, columns))
+        return done
+    uri = sp.readonly_uri(path)
+
+    def run() -> pl.DataFrame:
+        try:
+            return _parse(_blobs_aside(uri, sql, lo, hi), schema)
+        except (OSError, ValueError, subprocess.SubprocessError):
+            pass
+        own = sp.open_readonly(path)
+        try:
+            return fetch(own, table, columns)
+        finally:
+            own.close()
+
+    return pool.submit(run)
+
+
+def _blobs_aside(uri: str, sql: str, lo: int, hi: int) -> Iterator[bytes]:
+    """The blobs of every rowid range of `sql`, printed by the helper process, as they come."""
+    if not Path(sys.executable).name.lower().startswith("python"):
+        # embedded (uWSGI, a frozen app...): sys.executable may not be an interpreter
+        raise ValueError(f"no Python interpreter to run the helper: {sys.executable!r}")
+    args = [uri, sql, str(lo), str(hi), str(CHUNK_ROWS)]
+    cmd = [sys.executable, "-I", "-S", "-c", _ASIDE_CODE, *args]
+    count = 0
+    with subprocess.Popen(
+        cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    ) as proc:
+        assert proc.stdout is not None
+        while head := proc.stdout.read(8):
+            size = struct.unpack("<q", head)[0] if len(head) == 8 else -1
+            blob = proc.stdout.read(size) if size >= 0 else b""
+            if len(blob) != size:
+                raise ValueError("the helper process stopped in the middle of a blob")
+            count += 1
+            yield blob
+    if proc.returncode != 0 or count != len(range(lo, hi + 1, CHUNK_ROWS)):
+        raise ValueError(f"the helper process failed (exit status {proc.returncode})")
 
 
 def _names(
@@ -192,9 +289,10 @@ def _kernels(con: sqlite3.Connection, pr: sp.Probe) -> pl.DataFrame:
     cols = [
         *_gpu_columns(pr, t),
         ("_name_id", f"t.{name}", _I),
-        ("registers", _col(pr, t, "registersPerThread"), _I),
-        *((c, _col(pr, t, c), _I) for c in ("gridX", "gridY", "gridZ")),
-        *((c, _col(pr, t, c), _I) for c in ("blockX", "blockY", "blockZ")),
+        ("registers", _col(pr, t, "registersPerThread"), _I32),
+        # parsed as the schema's Int32: the lists are then built once, in their final dtype
+        *((c, _col(pr, t, c), _I32) for c in ("gridX", "gridY", "gridZ")),
+        *((c, _col(pr, t, c), _I32) for c in ("blockX", "blockY", "blockZ")),
         ("shared_mem_bytes", smem, _I),
     ]
     return fetch(con, t, cols).with_columns(
@@ -251,9 +349,8 @@ def _syncs(con: sqlite3.Connection, pr: sp.Probe) -> pl.DataFrame:
     )
 
 
-def _api_calls(con: sqlite3.Connection, pr: sp.Probe, table: str, kind: str) -> pl.DataFrame:
-    """CUDA runtime or driver API calls on host threads; names lose their `_v7000` suffix."""
-    cols = [
+def _api_columns(pr: sp.Probe, table: str) -> list[Column]:
+    return [
         ("start_ns", "t.start", _I),
         ("end_ns", 't."end"', _I),
         ("_pid", TID_PID, _I),
@@ -261,7 +358,22 @@ def _api_calls(con: sqlite3.Connection, pr: sp.Probe, table: str, kind: str) -> 
         ("correlation", _col(pr, table, "correlationId"), _I),
         ("_name_id", "t.nameId", _I),
     ]
-    return fetch(con, table, cols).with_columns(
+
+
+def _api_calls(
+    con: sqlite3.Connection,
+    pr: sp.Probe,
+    table: str,
+    kind: str,
+    raw: pl.DataFrame | None = None,
+) -> pl.DataFrame:
+    """CUDA runtime or driver API calls on host threads; names lose their `_v7000` suffix.
+
+    `raw`: the table's rows, where already fetched (`fetch_aside`).
+    """
+    if raw is None:
+        raw = fetch(con, table, _api_columns(pr, table))
+    return raw.with_columns(
         kind=pl.lit(kind, KIND), name=_names(con, table, "nameId", strip_version=True), pid="_pid"
     )
 
@@ -342,29 +454,43 @@ def _finish(frame: pl.DataFrame, ranks: dict[int, int], dropped: Counter[str]) -
     )
 
 
+def _gpu_processes(gpu: list[pl.DataFrame]) -> list[sp.Process]:
+    """The processes that ran kernels, memcpys or memsets (rows with a pid), in pid order."""
+    found = (
+        pl.concat([f.select("_pid", "start_ns") for f in gpu])
+        .filter(pl.col("_pid").is_not_null())
+        .group_by("_pid")
+        .agg(pl.col("start_ns").min())
+        .sort("_pid")
+    )
+    return [sp.Process(pid=int(p), first_gpu_ns=int(t)) for p, t in found.iter_rows()]
+
+
 def _read(con: sqlite3.Connection, path: Path) -> Timeline:
     pr = sp.probe(con, path)
     meta_kv = sp.export_meta(con, pr)
     notes: list[str] = []
     dropped: Counter[str] = Counter()
-    procs = sp.gpu_processes(con, pr)
-    if not procs:
-        raise NoGpuEventsError(
-            "the export holds no CUDA kernels: was CUDA tracing enabled?",
-            path=path,
-            hint="its kernel, memcpy and memset tables are empty; profile with "
-            "`nsys profile --trace=cuda,nvtx ...` and export again",
-        )
-    ranks, rank_source, rank_notes = sp.assign_ranks(con, pr, procs)
-    notes += rank_notes
-    gpu = [_kernels(con, pr)]
-    gpu += [f(con, pr) for t, f in ((sp.MEMCPY, _memcpys), (sp.MEMSET, _memsets)) if pr.has(t)]
-    host = [_syncs(con, pr)] if pr.has(sp.SYNC) else []
-    host += [
-        _api_calls(con, pr, t, kind)
-        for t, kind in ((sp.RUNTIME, "runtime"), (sp.DRIVER, "driver"))
-        if pr.has(t, "nameId")
-    ]
+    apis = [(t, kind) for t, kind in ((sp.RUNTIME, "runtime"), (sp.DRIVER, "driver"))
+            if pr.has(t, "nameId")]  # fmt: skip
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        # the runtime calls (the largest table) are printed meanwhile by another process
+        aside = {t: fetch_aside(con, path, t, _api_columns(pr, t), pool) for t, _k in apis[:1]}
+        gpu = [_kernels(con, pr)]
+        gpu += [f(con, pr) for t, f in ((sp.MEMCPY, _memcpys), (sp.MEMSET, _memsets)) if pr.has(t)]
+        procs = _gpu_processes(gpu)
+        if not procs:
+            raise NoGpuEventsError(
+                "the export holds no CUDA kernels: was CUDA tracing enabled?",
+                path=path,
+                hint="its kernel, memcpy and memset tables are empty; profile with "
+                "`nsys profile --trace=cuda,nvtx ...` and export again",
+            )
+        ranks, rank_source, rank_notes = sp.assign_ranks(con, pr, procs)
+        notes += rank_notes
+        host = [_syncs(con, pr)] if pr.has(sp.SYNC) else []
+        host += [_api_calls(con, pr, t, kind, aside[t].result() if t in aside else None)
+                 for t, kind in apis]  # fmt: skip
     if pr.has(sp.NVTX, "eventType"):
         host.append(_nvtx(con, pr, dropped))
     if len(procs) == 1:  # a GPU row with no globalPid can only be the one process's
@@ -372,11 +498,13 @@ def _read(con: sqlite3.Connection, path: Path) -> Timeline:
     ranked = pl.concat(
         [_finish(f, ranks, dropped) for f in gpu + host], how="vertical", rechunk=False
     )
-    used = (
-        ranked.filter(pl.col("kind").is_in(["kernel", "memcpy", "memset"]))
+    used = (  # lazily: an eager filter would copy every column of the GPU rows first
+        ranked.lazy()
+        .filter(pl.col("kind").is_in(["kernel", "memcpy", "memset"]))
         .select("rank", "device")
         .unique()
         .sort("rank", "device")
+        .collect()
     )
     pid_of = {r: p for p, r in ranks.items()}
     devices = sp.device_infos(con, pr, [(r, pid_of[r], d) for r, d in used.iter_rows()])

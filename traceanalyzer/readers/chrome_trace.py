@@ -369,34 +369,51 @@ def _read_file(path: Path, fast: bool) -> _Parsed:
 def _read_events(win: _Window, parsed: _Parsed) -> None:
     """Turn every whole event into frames; leave what follows the last separator in `win`.
 
-    The main thread reads and splits the next block (numpy and I/O, which release the GIL)
-    while a worker thread parses the previous one (polars): the two overlap on two cores.
+    Three stages overlap: the main thread reads and splits block N+2 (numpy and I/O, which
+    release the GIL), a worker parses block N+1 (polars) and another normalises block N,
+    so parsing, the longest stage, never waits for normalisation. Frames keep file order.
     """
     splitter = EventSplitter()
-    pending: deque[Future[None]] = deque()
-    with ThreadPoolExecutor(max_workers=1) as pool:
+    parsing: deque[Future[Future[_Frame]]] = deque()
+    normalising: deque[Future[_Frame]] = deque()
+    with ThreadPoolExecutor(max_workers=1) as parse, ThreadPoolExecutor(max_workers=1) as norm:
         while True:
             cut = splitter.split_in_place(win.data, win.n)
             if cut is not None:
                 end, rest = cut
-                pending.append(pool.submit(_parse_block, win.take(end), parsed))
+                parsing.append(parse.submit(_parse_block, win.take(end), parsed, norm))
                 win.drop(rest)
-                while len(pending) > 1:  # at most one block waits: memory stays bounded
-                    pending.popleft().result()
+                while len(parsing) > 1:  # at most one block waits: memory stays bounded
+                    normalising.append(parsing.popleft().result())
+                while len(normalising) > 1:
+                    _keep(normalising.popleft().result(), parsed)
             if win.eof:
                 break
             win.fill()
-        while pending:
-            pending.popleft().result()
+        while parsing:
+            normalising.append(parsing.popleft().result())
+        while normalising:
+            _keep(normalising.popleft().result(), parsed)
 
 
-def _parse_block(ndjson: bytes, parsed: _Parsed) -> None:
-    """Parse one block of NDJSON events into a normalised frame (runs on the worker)."""
+#: One block's normalised events and the counts of what it dropped.
+_Frame = tuple[pl.DataFrame | None, Counter[str]]
+
+
+def _parse_block(ndjson: bytes, parsed: _Parsed, norm: ThreadPoolExecutor) -> Future[_Frame]:
+    """Parse one block of NDJSON events and hand it to `norm` to normalise (on a worker)."""
     try:
         raw = _parse_ndjson(ndjson, parsed)
     except pl.exceptions.ComputeError as exc:
         raise _SplitMismatch from exc
-    _add_frame(raw, parsed)
+    return norm.submit(_normalise, raw)
+
+
+def _keep(result: _Frame, parsed: _Parsed) -> None:
+    frame, dropped = result
+    parsed.dropped.update(dropped)
+    if frame is not None:
+        parsed.frames.append(frame)
 
 
 def _raise_no_events(path: Path, buf: bytes, eof: bool) -> None:
@@ -474,7 +491,7 @@ def _parse_tail(body: bytes, parsed: _Parsed) -> None:
             hint="the file is damaged; copy it again from its source or re-export the trace",
         )
     if events:
-        _add_frame(_raw_from_dicts(events, parsed), parsed)
+        _keep(_normalise(_raw_from_dicts(events, parsed)), parsed)
     if end < 0:
         parsed.truncated = True
         parsed.notes.append(
@@ -534,10 +551,11 @@ def _to_ns(col: pl.Expr) -> pl.Expr:
     return whole.cast(pl.Int64) * 1000 + ((col - whole) * 1000).round().cast(pl.Int64)
 
 
-def _add_frame(raw: pl.DataFrame, parsed: _Parsed) -> None:
-    """Normalise one raw frame to the event schema (rank set later) and count what is dropped."""
+def _normalise(raw: pl.DataFrame) -> _Frame:
+    """One raw frame in the event schema (rank set later), and the counts of what it drops."""
+    dropped: Counter[str] = Counter()
     if raw.height == 0:
-        return
+        return None, dropped
     text = raw.schema["pid"] == pl.String
     known = pl.col("kind").is_not_null()
     start, dur = pl.col("start_ns"), pl.col("dur")
@@ -610,12 +628,12 @@ def _add_frame(raw: pl.DataFrame, parsed: _Parsed) -> None:
         ("negative duration", negative),
     ):
         if n:
-            parsed.dropped[reason] += n
+            dropped[reason] += n
     if unknown:  # rare: name the categories
         cats = tagged.filter("_unknown").group_by("cat").len().collect()
         for cat, n in cats.iter_rows():
-            parsed.dropped[f"category {cat if cat is not None else '(none)'}"] += n
-    parsed.frames.append(frame)
+            dropped[f"category {cat if cat is not None else '(none)'}"] += n
+    return frame, dropped
 
 
 # --------------------------------------------------------------------------- timeline

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from tests.builders import kernel, launch, step, write_trace
 from tests.conftest import SAMPLES
+from traceanalyzer import __version__
 from traceanalyzer.cli import cli
 
 EVENTS = [
@@ -133,6 +134,24 @@ def test_console_script_runs_on_a_sample() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "6000" in proc.stdout
+
+
+def test_console_script_exit_codes_and_flushed_output(tmp_path: Path) -> None:
+    """main() ends the process without interpreter teardown: the codes and the whole
+    output must still come through."""
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "traceanalyzer", *args]
+        return subprocess.run(cmd, capture_output=True, text=True, check=False)
+
+    missing = run("report", str(tmp_path / "nope.json"))
+    assert missing.returncode == 2 and missing.stdout == ""
+    assert missing.stderr.count("\n") == 1 and "nope.json" in missing.stderr
+    ok = run("report", str(SAMPLES / "tiny_kernels.json.gz"), "--format", "json")
+    assert ok.returncode == 0 and json.loads(ok.stdout)["format_version"] == 1
+    failing = run("report", str(SAMPLES / "tiny_kernels.json.gz"), "--fail-on", "warning")
+    assert failing.returncode == 1
+    assert run("--version").stdout.strip().endswith(__version__)
 
 
 def test_bad_step_pattern_is_an_input_error(tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from traceanalyzer.render.units import duration, percent, printable
+from traceanalyzer.render.units import duration, percent, printable, saving_text
 from traceanalyzer.report import Report
 
 
@@ -36,9 +36,7 @@ class MarkdownRenderer:
         if not r.findings:
             lines.append("No rule fired.")
         for f in r.findings:
-            saves = (
-                "" if f.impact_ns is None else f" — fixing it saves ~{duration(f.impact_ns)}/step"
-            )
+            saves = "" if f.impact_ns is None else f" — {saving_text(f.impact_ns)}"
             lines.append(f"- **{f.severity.value}** `{f.rule}` {_cell(f.title)}{saves}  ")
             lines.append(f"  {_cell(f.message)}  ")
             lines.append(f"  *Advice:* {_cell(f.advice)}")

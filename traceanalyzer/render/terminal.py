@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import TextIO
 
-from traceanalyzer.render.units import duration, percent, printable
+from traceanalyzer.render.units import duration, percent, printable, saving_text
 from traceanalyzer.report import Report
 
 NAME_WIDTH = 90
@@ -252,7 +252,7 @@ def _diagnosis_lines(r: Report) -> list[str]:
     if not r.findings:
         lines.append("  none: no rule fired")
     for f in r.findings:
-        saves = "" if f.impact_ns is None else f"  (fixing it saves ~{duration(f.impact_ns)}/step)"
+        saves = "" if f.impact_ns is None else f"  ({saving_text(f.impact_ns)})"
         lines.append(f"  [{f.severity.value}] {f.rule} {f.title}{saves}")
         lines.append(f"      {printable(f.message, 160)}")
         lines.append(f"      -> {printable(f.advice, 160)}")

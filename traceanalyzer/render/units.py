@@ -3,6 +3,14 @@
 from __future__ import annotations
 
 
+def saving_text(impact_ns: int) -> str:
+    """A finding's estimated saving per step, in words; none where the critical path shows
+    none (a host-bound step gains nothing from faster GPU work, for one)."""
+    if impact_ns <= 0:
+        return "no saving on this trace's critical path"
+    return f"fixing it saves ~{duration(impact_ns)}/step"
+
+
 def duration(ns: int | None) -> str:
     """Format integer ns as s, ms, µs or ns with three significant figures or so."""
     if ns is None:

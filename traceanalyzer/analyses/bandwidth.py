@@ -20,7 +20,7 @@ import re
 
 import polars as pl
 
-from traceanalyzer.analyses.operators import launch_ops, shaped_ops
+from traceanalyzer.analyses.operators import launch_ops, list_product, shaped_ops
 from traceanalyzer.analyses.windows import DEVICE_KEY
 from traceanalyzer.model import DeviceInfo, Timeline
 
@@ -92,18 +92,22 @@ def operator_bytes(timeline: Timeline, wanted: pl.LazyFrame | None = None) -> pl
         .filter(pl.col("dims").list.len() == pl.col("types").list.len())
         .filter(pl.col("dims").list.len() > 0)
         .with_row_index("_op")
+        .collect()
     )
     size = pl.col("types").replace_strict(DTYPE_BYTES, default=None, return_dtype=pl.Int64)
+    rank = ops.select(pl.col("dims").explode().list.len().max()).item() or 0
     inputs = (
-        ops.select("_op", "dims", "types")
+        ops.lazy()
+        .select("_op", "dims", "types")
         .explode("dims", "types")
-        .with_columns(nbytes=pl.col("dims").list.eval(pl.element().product()).list.first() * size)
+        .with_columns(nbytes=list_product(pl.col("dims"), rank) * size)
         .group_by("_op")
         .agg(read=pl.col("nbytes").sum(), largest=pl.col("nbytes").max())
     )
     is_copy = pl.col("op_name").str.contains(r"^aten::copy_$")
     return (
-        ops.join(inputs, on="_op")
+        ops.lazy()
+        .join(inputs, on="_op")
         .filter(pl.col("read") > 0)
         .select(
             "rank",

@@ -35,6 +35,16 @@ def shaped_ops(events: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
+def list_product(lists: pl.Expr, longest: int) -> pl.Expr:
+    """The product of each list's elements, for lists of at most `longest` elements: 1 for an
+    empty list, null for a null one, null elements counted as 1 (as `list.eval(product)`
+    gives, which is ten times slower here: 0.18 s against 0.015 s for 600 k shapes)."""
+    product = pl.lit(1, pl.Int64)
+    for i in range(longest):
+        product = product * lists.list.get(i, null_on_oob=True).fill_null(1)
+    return pl.when(lists.is_not_null()).then(product)
+
+
 def launch_ops(timeline: Timeline) -> pl.LazyFrame:
     """rank, correlation, op_link (the launching operator's external id), launch_ns."""
     return (

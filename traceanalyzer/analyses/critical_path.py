@@ -219,19 +219,23 @@ def _step_paths(
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The path of each rank of one step, and each scenario's saving."""
     graph = step_graph(es)
-    order = pl.DataFrame(
-        {"node": list(nx.topological_sort(graph))}, schema={"node": pl.Int64}
-    ).with_row_index("pos")
+    nodes: list[int] = list(nx.topological_sort(graph))
     graph.clear()  # a graph's views refer back to it: free its many dicts now, not in a GC pass
-    pos = order.select("node", pl.col("pos").cast(pl.Int64))
+    positions = list(range(len(nodes)))
+    # one plan, one collect: a step's small eager frame operations cost more in overhead
+    # than in work
     local = (
-        es.with_row_index("e")
-        .join(pos.rename({"node": "u", "pos": "pu"}), on="u")
-        .join(pos.rename({"node": "v", "pos": "pv"}), on="v")
+        es.lazy()
+        .with_row_index("e")
+        .with_columns(
+            pu=pl.col("u").replace_strict(nodes, positions, return_dtype=pl.Int64),
+            pv=pl.col("v").replace_strict(nodes, positions, return_dtype=pl.Int64),
+        )
         .sort("pu", "e")
+        .collect()
     )
-    n = order.height
-    lookup = dict(zip(pos["node"].to_list(), pos["pos"].to_list(), strict=True))
+    n = len(nodes)
+    lookup = dict(zip(nodes, positions, strict=True))
     start = lookup[job]
     us: list[int] = local["pu"].to_list()
     vs: list[int] = local["pv"].to_list()

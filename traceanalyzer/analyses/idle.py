@@ -312,11 +312,12 @@ def sync_sites(
     # outermost operator: the top-level CPU op (not inside another op on its thread) around it
     ops = (
         events.filter(pl.col("kind") == Kind.CPU_OP.value)
-        .select(*thread, "start_ns", "end_ns", op=pl.col("name").cast(pl.String))
+        .select(*thread, "start_ns", "end_ns", op="name")
         .sort(*thread, "start_ns")
         .with_columns(_reach=pl.col("end_ns").cum_max().shift(1).over(thread))
         .filter(pl.col("_reach").is_null() | (pl.col("_reach") <= pl.col("start_ns")))
-        .select(*thread, op_start="start_ns", op_end="end_ns", op="op")
+        # names become text only for the top-level operators left
+        .select(*thread, op_start="start_ns", op_end="end_ns", op=pl.col("op").cast(pl.String))
     )
     with_op = (
         calls.sort("start_ns")

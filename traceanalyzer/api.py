@@ -52,6 +52,7 @@ def report(
                 "step_ns": r["step_ns"],
                 "path_ns": r["path_ns"],
                 "by_kind": {k: r[f"{k}_ns"] for k in PATH_KINDS},
+                "share_by_kind": {k: r[f"{k}_share"] for k in PATH_KINDS},
             }
             for r in paths.iter_rows(named=True)
         ],

@@ -59,6 +59,7 @@ class DeviceDict(TypedDict):
     idle_ns: int
     idle_share: float | None
     idle_by_cause: dict[str, int]
+    idle_share_by_cause: dict[str, float | None]
     gap_count: int
     longest_gap_ns: int | None
     kernel_count: int
@@ -211,6 +212,7 @@ def build_report(
             "idle_ns": r["idle_ns"],
             "idle_share": r["idle_share"],
             "idle_by_cause": _causes(r),
+            "idle_share_by_cause": {c: r[f"{c}_share"] for c in CAUSES},
             "gap_count": r["gap_count"],
             "longest_gap_ns": r["longest_gap_ns"],
             "kernel_count": r["kernel_count"],

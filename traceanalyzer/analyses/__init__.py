@@ -98,6 +98,10 @@ def analyze(
         .join(tc, on=windows.DEVICE_KEY, how="left")
         .with_columns(pl.col(f"{c}_ns" for c in idle.CAUSES).fill_null(0))
         .with_columns(pl.col("gap_count", "host_wait_between_steps_ns").fill_null(0))
+        .with_columns(
+            devices.share(pl.col(f"{c}_ns"), pl.col("window_ns")).alias(f"{c}_share")
+            for c in idle.CAUSES
+        )
     )
     step_rows = step_rows.join(
         step_idle, on=[*windows.DEVICE_KEY, "step"], how="left"

@@ -41,6 +41,7 @@ from traceanalyzer.analyses.critical_graph import (
     GraphTables,
     build_tables,
 )
+from traceanalyzer.analyses.devices import share
 from traceanalyzer.model import Timeline
 
 #: The contract's `by_kind` keys, in order.
@@ -362,7 +363,7 @@ def _compose(tables: GraphTables, path: pl.DataFrame) -> pl.DataFrame:
 
 def per_rank(steps: pl.DataFrame) -> pl.DataFrame:
     """The contract's `critical_path` rows: rank, steps, step_ns, path_ns and `<kind>_ns`
-    summed over the rank's steps."""
+    summed over the rank's steps, and each kind's `<kind>_share` of path_ns."""
     return (
         steps.group_by("rank")
         .agg(
@@ -370,6 +371,9 @@ def per_rank(steps: pl.DataFrame) -> pl.DataFrame:
             step_ns=pl.col("step_ns").sum(),
             path_ns=pl.col("path_ns").sum(),
             **{f"{k}_ns": pl.col(f"{k}_ns").sum() for k in PATH_KINDS},
+        )
+        .with_columns(
+            share(pl.col(f"{k}_ns"), pl.col("path_ns")).alias(f"{k}_share") for k in PATH_KINDS
         )
         .sort("rank")
     )

@@ -51,7 +51,7 @@ def device_summary(
             kernel_count=pl.col("kernel_count").fill_null(0),
             kernel_ns=pl.col("kernel_ns").fill_null(0),
         )
-        .with_columns(idle_share=_share(pl.col("idle_ns"), pl.col("window_ns")))
+        .with_columns(idle_share=share(pl.col("idle_ns"), pl.col("window_ns")))
         .sort(DEVICE_KEY)
     )
 
@@ -77,7 +77,7 @@ def step_summary(work: pl.LazyFrame, steps: pl.LazyFrame, kernels: pl.LazyFrame)
     return (
         busy_in_spans(work, steps)
         .with_columns(
-            idle_share=_share(
+            idle_share=share(
                 pl.col("end_ns") - pl.col("start_ns") - pl.col("busy_ns"),
                 pl.col("end_ns") - pl.col("start_ns"),
             )
@@ -99,6 +99,6 @@ def step_summary(work: pl.LazyFrame, steps: pl.LazyFrame, kernels: pl.LazyFrame)
     )
 
 
-def _share(part: pl.Expr, whole: pl.Expr) -> pl.Expr:
+def share(part: pl.Expr, whole: pl.Expr) -> pl.Expr:
     """part / whole, null (never NaN) where whole is 0."""
-    return pl.when(whole > 0).then(part / whole).otherwise(None)
+    return pl.when(whole > 0).then(part / whole).otherwise(pl.lit(None, pl.Float64))

@@ -68,6 +68,7 @@ from traceanalyzer.analyses.classify import (
     kernel_base_name,
     per_distinct,
 )
+from traceanalyzer.analyses.devices import share
 from traceanalyzer.model import Kind, Timeline
 
 TC_VERDICT = pl.Enum(["tc", "no", "unknown"])
@@ -411,8 +412,8 @@ def tensor_core_summary(kernels: pl.DataFrame) -> pl.DataFrame:
             unknown_ns=ns.filter(gemm & (pl.col("verdict") == "unknown")).sum(),
         )
         .with_columns(
-            share_of_gemm=_share(pl.col("tc_ns"), pl.col("gemm_ns")),
-            share_of_kernel=_share(pl.col("tc_ns"), pl.col("kernel_ns")),
+            share_of_gemm=share(pl.col("tc_ns"), pl.col("gemm_ns")),
+            share_of_kernel=share(pl.col("tc_ns"), pl.col("kernel_ns")),
         )
         .select(
             *DEVICE_KEY,
@@ -426,10 +427,6 @@ def tensor_core_summary(kernels: pl.DataFrame) -> pl.DataFrame:
         .sort(DEVICE_KEY)
         .collect()
     )
-
-
-def _share(num: pl.Expr, den: pl.Expr) -> pl.Expr:
-    return pl.when(den > 0).then(num / den).otherwise(pl.lit(None, pl.Float64))
 
 
 def name_rule_markdown() -> str:

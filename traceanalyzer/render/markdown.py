@@ -49,13 +49,12 @@ class MarkdownRenderer:
             "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for d in r.devices:
-            c = d["idle_by_cause"]
-            wn = d["window_ns"] or 1
+            c = d["idle_share_by_cause"]
             lines.append(
                 f"| {d['rank']} | {d['device']} | {duration(d['window_ns'])} |"
                 f" {duration(d['busy_ns'])} | {percent(d['idle_share'])} |"
-                f" {percent(c['host_wait'] / wn)} | {percent(c['sync'] / wn)} |"
-                f" {percent(c['launch_overhead'] / wn)} | {duration(d['exposed_comm_ns'])} |"
+                f" {percent(c['host_wait'])} | {percent(c['sync'])} |"
+                f" {percent(c['launch_overhead'])} | {duration(d['exposed_comm_ns'])} |"
                 f" {percent(d['tensor_core']['share_of_gemm'])} |"
             )
         lines += [

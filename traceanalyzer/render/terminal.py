@@ -157,12 +157,11 @@ def _idle_lines(r: Report) -> list[str]:
         f" {'gaps':>7} {'longest':>10}"
     )
     for d in r.devices:
-        w = d["window_ns"] or 1
-        c = d["idle_by_cause"]
+        c = d["idle_share_by_cause"]
         lines.append(
-            f"  {d['rank']:>4} {d['device']:>3}  {percent(c['host_wait'] / w):>10}"
-            f" {percent(c['sync'] / w):>8} {percent(c['launch_overhead'] / w):>8}"
-            f" {percent(c['other'] / w):>8} {d['gap_count']:>7}"
+            f"  {d['rank']:>4} {d['device']:>3}  {percent(c['host_wait']):>10}"
+            f" {percent(c['sync']):>8} {percent(c['launch_overhead']):>8}"
+            f" {percent(c['other']):>8} {d['gap_count']:>7}"
             f" {duration(d['longest_gap_ns']):>10}"
         )
     sites = r.idle["sync_sites"]
@@ -276,8 +275,8 @@ def _critical_path_lines(r: Report) -> list[str]:
     for c in r.critical_path:
         if not c["path_ns"] or not c["steps"]:
             continue
-        parts = sorted(c["by_kind"].items(), key=lambda kv: -kv[1])
-        shares = ", ".join(f"{ns / c['path_ns']:.0%} {_KIND_WORDS[k]}" for k, ns in parts if ns > 0)
+        parts = sorted(c["share_by_kind"].items(), key=lambda kv: -(kv[1] or 0))
+        shares = ", ".join(f"{s:.0%} {_KIND_WORDS[k]}" for k, s in parts if s)
         sampled = (
             f" ({c['steps']} of {c['steps_total']} steps analysed)"
             if c["steps_total"] > c["steps"]

@@ -69,7 +69,8 @@ class GpuStarvation(Rule):
         for d in ctx.devices():
             window = d["window_ns"]
             wait = d["host_wait_ns"]
-            if not window or wait / window < t.min_host_wait_share:
+            share = d["host_wait_share"]
+            if share is None or share < t.min_host_wait_share:
                 continue
             between = d["host_wait_between_steps_ns"]
             inside = wait - between
@@ -92,13 +93,13 @@ class GpuStarvation(Rule):
             yield self.finding(
                 ctx,
                 f"rank {d['rank']} GPU {d['device']}: idle {d['idle_share']:.0%} of a "
-                f"{window / 1e6:.1f} ms window, {wait / window:.0%} waiting for the host "
+                f"{window / 1e6:.1f} ms window, {share:.0%} waiting for the host "
                 f"({'; '.join(where)})",
                 {
                     "window_ns": window,
                     "idle_share": d["idle_share"],
                     "host_wait_ns": wait,
-                    "host_wait_share": wait / window,
+                    "host_wait_share": share,
                     "host_wait_between_steps_ns": between,
                     "host_wait_inside_steps_ns": inside,
                     "longest_gap_ns": d["longest_gap_ns"],

@@ -80,19 +80,20 @@ class LaunchOverhead(Rule):
         for d in ctx.devices():
             window = d["window_ns"]
             launch = d["launch_overhead_ns"]
+            share = d["launch_overhead_share"]
             count = d["kernel_count"]
-            if not window or count < t.min_kernels or launch / window < t.min_launch_idle_share:
+            if share is None or count < t.min_kernels or share < t.min_launch_idle_share:
                 continue
             mean_kernel = d["kernel_ns"] // count
             yield self.finding(
                 ctx,
-                f"rank {d['rank']} GPU {d['device']}: idle {launch / window:.0%} of a "
+                f"rank {d['rank']} GPU {d['device']}: idle {share:.0%} of a "
                 f"{window / 1e6:.1f} ms window in {d['gap_count']} short launch gaps; "
                 f"{count} kernels averaging {mean_kernel / 1e3:.1f} µs",
                 {
                     "window_ns": window,
                     "launch_overhead_ns": launch,
-                    "launch_overhead_share": launch / window,
+                    "launch_overhead_share": share,
                     "kernel_count": count,
                     "mean_kernel_ns": mean_kernel,
                     "small_kernel_count_share": ctx.metrics.small_kernel_count_share,

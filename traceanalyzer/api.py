@@ -8,7 +8,7 @@ import polars as pl
 
 from traceanalyzer import __version__
 from traceanalyzer.analyses import DEFAULT_TOP_KERNELS, Metrics, analyze
-from traceanalyzer.analyses.critical_path import PATH_KINDS, per_rank
+from traceanalyzer.analyses.critical_path import PATH_KINDS, per_rank, preload
 from traceanalyzer.analyses.idle import LAUNCH_GAP_MAX_NS
 from traceanalyzer.config import Settings
 from traceanalyzer.model import Timeline
@@ -31,6 +31,7 @@ def report(
     settings: Settings | None = None,
 ) -> Report:
     """Load, analyze, diagnose and build the report of one trace."""
+    preload()
     timeline = load(path)
     metrics: Metrics = analyze(
         timeline, top_n=top_n, step_pattern=step_pattern, launch_gap_max_ns=launch_gap_max_ns

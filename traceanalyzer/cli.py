@@ -13,7 +13,6 @@ from typing import Any
 import click
 import orjson
 import polars as pl
-from rich.console import Console
 
 from traceanalyzer import __version__, api
 from traceanalyzer.batch import write_summary
@@ -318,6 +317,7 @@ def _run(job: Callable[[], None], debug: bool) -> None:
 
 def run_batch_with_progress(args: list[str], out_dir: Path, **options: Any) -> pl.DataFrame:
     """run_batch with a progress bar (runs done, failures, ETA) on stderr when it is a TTY."""
+    from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     from traceanalyzer.batch import run_batch

@@ -8,7 +8,16 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tests.builders import cpu_op, gpu_op, kernel, kineto_bytes, launch, step, write_trace
+from tests.builders import (
+    HEADER,
+    cpu_op,
+    gpu_op,
+    kernel,
+    kineto_bytes,
+    launch,
+    step,
+    write_trace,
+)
 from traceanalyzer.errors import TraceFormatError, UnsupportedTraceError
 from traceanalyzer.model import EVENT_SCHEMA
 from traceanalyzer.readers import chrome_trace, read
@@ -436,3 +445,56 @@ def test_flow_events_are_blanked_without_changing_the_events(tmp_path: Path) -> 
     plain = _events(write_trace(tmp_path / "plain.json", EVENTS))
     flows = _events(write_trace(tmp_path / "flows.json", with_flows))
     assert flows.equals(plain)
+
+
+def _memory_event(ts: float, total: int) -> dict[str, object]:
+    return {
+        "ph": "i",
+        "cat": "cpu_instant_event",
+        "s": "t",
+        "name": "[memory]",
+        "pid": 100,
+        "tid": 100,
+        "ts": ts,
+        "args": {"Total Allocated": total, "Device Id": 0, "Device Type": 1, "Bytes": 512},
+    }
+
+
+def _comm_kernel(ts: float, corr: int, name: str) -> dict[str, object]:
+    ev = kernel(ts, 2.0, name, corr=corr)
+    ev["args"].update({"Collective name": "allreduce", "In msg nelems": 1024, "dtype": "Float"})
+    return ev
+
+
+@pytest.mark.parametrize("block", [400, 1 << 20])
+@pytest.mark.parametrize("header", [None, {"distributedInfo": {"rank": 0, "world_size": 2}}])
+def test_fields_parsed_once_the_file_shows_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int, header: dict[str, object] | None
+) -> None:
+    """Memory and collective fields first seen deep in a file (after blocks without them)
+    are read as if they had been parsed from the start, with or without `distributedInfo`."""
+    evs = [kernel(1000.0 + i, 0.5, f"k{i % 3}", corr=i) for i in range(60)]
+    evs += [_memory_event(2000.0, 4096), _comm_kernel(2001.0, 500, "ncclDevKernel_AllReduce")]
+    evs += [kernel(3000.0 + i, 0.5, "late", corr=600 + i) for i in range(20)]
+    evs += [_memory_event(4000.0, 8192), _comm_kernel(4001.0, 700, "ncclDevKernel_AllGather")]
+    monkeypatch.setattr(chrome_trace, "BLOCK_BYTES", block)
+    path = tmp_path / "t.json"
+    path.write_bytes(kineto_bytes(evs, header={**HEADER, **(header or {})}))
+    ev = read(path).events
+    mem = ev.filter(pl.col("kind") == "memory").sort("start_ns")
+    assert mem.select("bytes", "device").rows() == [(4096, 0), (8192, 0)]
+    comm = ev.filter(pl.col("name").cast(pl.String).str.starts_with("nccl")).sort("start_ns")
+    assert comm.select(pl.col("collective").cast(pl.String), "msg_nelems").rows() == [
+        ("allreduce", 1024),
+        ("allreduce", 1024),
+    ]
+    assert comm["msg_dtype"].cast(pl.String).to_list() == ["Float", "Float"]
+    assert ev.filter(pl.col("kind") == "kernel").height == 82
+
+
+def test_a_tn_key_the_splitter_did_not_write_is_not_a_timestamp(tmp_path: Path) -> None:
+    """`tn` is the splitter's own key for exact ns: another producer's `tn` field is ignored."""
+    evs = [kernel(1000.0 + i, 0.5, "k", corr=i) for i in range(5)]
+    evs[2]["tn"] = evs[4]["tn"] = 5  # one in a block, one in the tail
+    ev = read(write_trace(tmp_path / "t.json", evs)).events.sort("start_ns")
+    assert ev["start_ns"].to_list() == [1_000_000, 1_001_000, 1_002_000, 1_003_000, 1_004_000]

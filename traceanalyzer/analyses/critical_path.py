@@ -28,11 +28,13 @@ recorded before its start counts zero, not negative): then the path is a little 
 from __future__ import annotations
 
 import gc
+import importlib
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-import networkx as nx
 import polars as pl
 
 from traceanalyzer.analyses.critical_graph import (
@@ -60,6 +62,26 @@ _KIND_OF_EDGE_KIND: dict[str, str] = {
 }
 
 _NEG = -(1 << 62)
+
+if TYPE_CHECKING:
+    import networkx as nx
+
+
+def _nx() -> Any:
+    """networkx, imported on first use (0.13 s): `preload` starts it early, on a thread."""
+    return importlib.import_module("networkx")
+
+
+_preloading: list[threading.Thread] = []
+
+
+def preload() -> None:
+    """Start importing networkx on a thread, once: called before a trace is read, its import
+    overlaps the read (whose threads leave the interpreter mostly free) instead of adding
+    to the time after it."""
+    if not _preloading:
+        _preloading.append(threading.Thread(target=_nx, name="import-networkx", daemon=True))
+        _preloading[0].start()
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +232,7 @@ def _scaled(ns: pl.Expr, kind: pl.Expr, factors: dict[str, float]) -> pl.Expr:
 
 def step_graph(edges: pl.DataFrame, weight: str = "weight_ns") -> nx.DiGraph:
     """One step's graph in networkx: edges u → v with attribute `weight` (ns)."""
-    graph = nx.DiGraph()
+    graph = _nx().DiGraph()
     graph.add_weighted_edges_from(edges.select("u", "v", weight).iter_rows(), weight="weight")
     return graph
 
@@ -220,7 +242,7 @@ def _step_paths(
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The path of each rank of one step, and each scenario's saving."""
     graph = step_graph(es)
-    nodes: list[int] = list(nx.topological_sort(graph))
+    nodes: list[int] = list(_nx().topological_sort(graph))
     graph.clear()  # a graph's views refer back to it: free its many dicts now, not in a GC pass
     positions = list(range(len(nodes)))
     # one plan, one collect: a step's small eager frame operations cost more in overhead

@@ -44,7 +44,7 @@ from traceanalyzer.model import (
     combine,
 )
 from traceanalyzer.readers.base import ByteSource, head_bytes
-from traceanalyzer.readers.json_scan import EventSplitter, exact_text
+from traceanalyzer.readers.json_scan import EventSplitter, exact_text, needs_exact_timestamps
 
 #: Bytes read per block. Peak memory is a few blocks plus the parsed columns.
 BLOCK_BYTES = 16 << 20
@@ -141,10 +141,32 @@ def raw_schema(text_ids: bool) -> pl.Schema:
     )
 
 
-def _read_ndjson(ndjson: bytes, text_ids: bool) -> pl.DataFrame:
-    return _merge_args(
-        pl.read_ndjson(ndjson, schema=raw_schema(text_ids), ignore_errors=True), text_ids
+#: Fields that only some traces carry (memory events, collectives) or only some blocks
+#: (`tn`, written by the splitter): each field of the schema costs parse time in every
+#: event, present or not (together these cost about 9 % of the parse of a trace without
+#: them), so they are parsed only once the file shows them (see `_parse_ndjson`).
+MEMORY_FIELDS = ("Total Allocated", "Device Id", "Device Type")
+COMM_FIELDS = ("Collective name", "In msg nelems", "dtype")
+#: Event names that may carry the collectives' fields (NCCL/RCCL/oneCCL kernels, c10d's
+#: `record_param_comms`, Gloo): a file without `distributedInfo` parses them once it shows one.
+_COMM_NAME = (
+    r"(?i)ccl|gloo|comm|c10d|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|broadcast"
+)
+
+
+def _read_ndjson(ndjson: bytes, text_ids: bool, skip: frozenset[str] = frozenset()) -> pl.DataFrame:
+    """Parse NDJSON events into the raw schema; fields in `skip` are not parsed (all null)."""
+    schema = raw_schema(text_ids)
+    if not skip:
+        raw = pl.read_ndjson(ndjson, schema=schema, ignore_errors=True)
+        return _merge_args(raw, text_ids)
+    lean = pl.Schema({k: v for k, v in schema.items() if k not in skip})
+    raw = (
+        pl.read_ndjson(ndjson, schema=lean, ignore_errors=True)
+        .with_columns(pl.lit(None, schema[k]).alias(k) for k in skip)
+        .select(schema.names())
     )
+    return _merge_args(raw, text_ids)
 
 
 def _merge_args(raw: pl.DataFrame, text_ids: bool) -> pl.DataFrame:
@@ -170,29 +192,49 @@ def _merge_args(raw: pl.DataFrame, text_ids: bool) -> pl.DataFrame:
 _GPU_CATS = ["kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"]
 
 
-def _parse_ndjson(ndjson: bytes, parsed: _Parsed) -> pl.DataFrame:
-    """Parse NDJSON events with ids as numbers, or as text once the file showed text ids.
+def _parse_ndjson(ndjson: bytes, parsed: _Parsed, exact: bool = True) -> pl.DataFrame:
+    """Parse NDJSON events with the fields this file has shown so far.
 
-    A text id parsed as a number comes out null; a duration event without pid/tid, or a GPU
-    event with args but no stream, means this producer writes ids as text: the block is
-    parsed again that way, and so is every later block of the file.
+    Ids are parsed as numbers until the file shows text ids: a text id parsed as a number
+    comes out null, so a duration event without pid/tid, or a GPU event with args but no
+    stream, means this producer writes ids as text. Memory and collective fields are parsed
+    once the file shows a `[memory]` event, or an event whose name may carry collective
+    fields (or has `distributedInfo`). Either way the block is parsed again with the new
+    fields, and so is every later block of the file. `exact`: the block may hold `tn` (the
+    splitter rewrote its timestamps).
     """
+    raw = _read_ndjson(ndjson, parsed.text_ids, parsed.skipped(exact))
+    if _shows_more(raw, parsed):
+        raw = _read_ndjson(ndjson, parsed.text_ids, parsed.skipped(exact))
+    return raw
+
+
+def _shows_more(raw: pl.DataFrame, parsed: _Parsed) -> bool:
+    """Whether `raw` shows text ids, memory events or collectives not parsed yet (and mark
+    them in `parsed`)."""
+    checks: dict[str, pl.Expr] = {}
     if not parsed.text_ids:
-        raw = _read_ndjson(ndjson, text_ids=False)
-        suspicious = raw.select(
-            (
-                (pl.col("ph") == "X") & (pl.col("pid").is_null() | pl.col("tid").is_null())
-                | pl.col("cat").is_in(_GPU_CATS)
-                & pl.any_horizontal(
-                    pl.col(f).is_not_null() for f in ("correlation", "External id", "grid", "bytes")
-                )
-                & pl.col("stream").is_null()
-            ).any()
-        ).item()
-        if not suspicious:
-            return raw
-        parsed.text_ids = True
-    return _read_ndjson(ndjson, text_ids=True)
+        checks["text_ids"] = (
+            (pl.col("ph") == "X") & (pl.col("pid").is_null() | pl.col("tid").is_null())
+            | pl.col("cat").is_in(_GPU_CATS)
+            & pl.any_horizontal(
+                pl.col(f).is_not_null() for f in ("correlation", "External id", "grid", "bytes")
+            )
+            & pl.col("stream").is_null()
+        ).any()
+    if not parsed.memory:
+        # compared as a category, not cast per row
+        checks["memory"] = ((pl.col("ph") == "i") & (pl.col("name") == "[memory]")).any()
+    if not parsed.comm:
+        names = pl.col("name").unique().cast(pl.String)
+        checks["comm"] = names.str.contains(_COMM_NAME).any()
+    if not checks or raw.height == 0:
+        return False
+    seen = raw.select(**checks).row(0, named=True)
+    parsed.text_ids |= seen.get("text_ids", False)
+    parsed.memory |= seen.get("memory", False)
+    parsed.comm |= seen.get("comm", False)
+    return any(seen.values())
 
 
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
@@ -264,6 +306,15 @@ class _Parsed:
     truncated: bool = False
     notes: list[str] = field(default_factory=list)
     text_ids: bool = False  # ids are written as text: see _parse_ndjson
+    memory: bool = False  # memory events seen: their fields are parsed
+    comm: bool = False  # collectives seen (or a distributed job): their fields are parsed
+
+    def skipped(self, exact: bool) -> frozenset[str]:
+        """The optional fields not parsed (yet) in a block; `exact`: it may hold `tn`."""
+        skip: tuple[str, ...] = () if exact else ("tn",)
+        skip += () if self.memory else MEMORY_FIELDS
+        skip += () if self.comm else COMM_FIELDS
+        return frozenset(skip)
 
     @property
     def event_count(self) -> int:
@@ -352,7 +403,8 @@ def _read_file(path: Path, fast: bool) -> _Parsed:
                 _raise_no_events(path, win.take(win.n), win.eof)
             assert match is not None
             start, header = match.end(), win.take(match.start())
-        parsed = _Parsed(path=path, header=_parse_header(header))
+        meta = _parse_header(header)
+        parsed = _Parsed(path=path, header=meta, comm="distributedInfo" in meta)
         win.drop(start)
         if fast:
             _read_events(win, parsed)
@@ -381,7 +433,8 @@ def _read_events(win: _Window, parsed: _Parsed) -> None:
             cut = splitter.split_in_place(win.data, win.n)
             if cut is not None:
                 end, rest = cut
-                parsing.append(parse.submit(_parse_block, win.take(end), parsed, norm))
+                block = win.take(end)
+                parsing.append(parse.submit(_parse_block, block, parsed, norm, splitter.exact))
                 win.drop(rest)
                 while len(parsing) > 1:  # at most one block waits: memory stays bounded
                     normalising.append(parsing.popleft().result())
@@ -400,10 +453,12 @@ def _read_events(win: _Window, parsed: _Parsed) -> None:
 _Frame = tuple[pl.DataFrame | None, Counter[str]]
 
 
-def _parse_block(ndjson: bytes, parsed: _Parsed, norm: ThreadPoolExecutor) -> Future[_Frame]:
+def _parse_block(
+    ndjson: bytes, parsed: _Parsed, norm: ThreadPoolExecutor, exact: bool
+) -> Future[_Frame]:
     """Parse one block of NDJSON events and hand it to `norm` to normalise (on a worker)."""
     try:
-        raw = _parse_ndjson(ndjson, parsed)
+        raw = _parse_ndjson(ndjson, parsed, exact)
     except pl.exceptions.ComputeError as exc:
         raise _SplitMismatch from exc
     return norm.submit(_normalise, raw)
@@ -491,7 +546,8 @@ def _parse_tail(body: bytes, parsed: _Parsed) -> None:
             hint="the file is damaged; copy it again from its source or re-export the trace",
         )
     if events:
-        _keep(_normalise(_raw_from_dicts(events, parsed)), parsed)
+        exact = needs_exact_timestamps(body)  # `tn` is then the splitter's key
+        _keep(_normalise(_raw_from_dicts(events, parsed, exact)), parsed)
     if end < 0:
         parsed.truncated = True
         parsed.notes.append(
@@ -513,12 +569,12 @@ def _parse_tail(body: bytes, parsed: _Parsed) -> None:
             parsed.header.setdefault(key, value)
 
 
-def _raw_from_dicts(events: list[Any], parsed: _Parsed) -> pl.DataFrame:
+def _raw_from_dicts(events: list[Any], parsed: _Parsed, exact: bool) -> pl.DataFrame:
     """Turn decoded event dicts into the raw frame (via NDJSON, so typing is identical)."""
     dicts = [e for e in events if isinstance(e, dict)]
     if not dicts:
         return pl.DataFrame(schema=raw_schema(text_ids=False)).drop("args")
-    return _parse_ndjson(b"\n".join(map(orjson.dumps, dicts)), parsed)
+    return _parse_ndjson(b"\n".join(map(orjson.dumps, dicts)), parsed, exact)
 
 
 # ------------------------------------------------------------------------- normalisation

@@ -52,6 +52,8 @@ class EventSplitter:
     def __init__(self) -> None:
         self.separator: bytes | None = None
         self._mask = np.zeros(0, dtype=bool)
+        #: Whether the last split rewrote timestamps to exact ns (`tn`, `exact_timestamps`).
+        self.exact = False
 
     def split_in_place(self, buf: bytearray, n: int) -> tuple[int, int] | None:
         """Rewrite the whole events at the front of `buf[:n]` as NDJSON, args lifted.
@@ -81,7 +83,8 @@ class EventSplitter:
         inner = at[:-1]
         out[inner + 1] = 32  # the separating comma goes
         out[inner + 2] = 10  # and the newline after it now ends one event
-        if needs_exact_timestamps(buf, last + 1):
+        self.exact = needs_exact_timestamps(buf, last + 1)
+        if self.exact:
             exact_timestamps(out)
         lift_args(out, at, newlines)
         merge_flows(out, at, len(sep))

@@ -20,7 +20,14 @@ import re
 
 import polars as pl
 
-from traceanalyzer.analyses.operators import launch_ops, list_product, shaped_ops
+from traceanalyzer.analyses.operators import (
+    SHAPE_TEXT,
+    decoded_shapes,
+    launch_ops,
+    list_product,
+    operator_rows,
+    with_shapes,
+)
 from traceanalyzer.analyses.windows import DEVICE_KEY
 from traceanalyzer.model import DeviceInfo, Timeline
 
@@ -87,27 +94,30 @@ def operator_bytes(timeline: Timeline, wanted: pl.LazyFrame | None = None) -> pl
     candidates = timeline.events.lazy()
     if wanted is not None:
         candidates = candidates.join(wanted, on=["rank", "external_id"], how="semi")
-    ops = (
-        shaped_ops(candidates)
+    ops = operator_rows(candidates).collect()
+    # the traffic of each distinct shape text, computed once (a trace repeats its shapes)
+    shapes = (
+        decoded_shapes(ops.lazy())
         .filter(pl.col("dims").list.len() == pl.col("types").list.len())
         .filter(pl.col("dims").list.len() > 0)
-        .with_row_index("_op")
+        .with_row_index("_shape")
         .collect()
     )
     size = pl.col("types").replace_strict(DTYPE_BYTES, default=None, return_dtype=pl.Int64)
-    rank = ops.select(pl.col("dims").explode().list.len().max()).item() or 0
-    inputs = (
-        ops.lazy()
-        .select("_op", "dims", "types")
+    rank = shapes.select(pl.col("dims").explode().list.len().max()).item() or 0
+    traffic = (
+        shapes.lazy()
+        .select("_shape", "dims", "types")
         .explode("dims", "types")
         .with_columns(nbytes=list_product(pl.col("dims"), rank) * size)
-        .group_by("_op")
+        .group_by("_shape")
         .agg(read=pl.col("nbytes").sum(), largest=pl.col("nbytes").max())
+        .join(shapes.lazy().select("_shape", *SHAPE_TEXT), on="_shape")
+        .drop("_shape")
     )
     is_copy = pl.col("op_name").str.contains(r"^aten::copy_$")
     return (
-        ops.lazy()
-        .join(inputs, on="_op")
+        with_shapes(ops.lazy(), traffic)
         .filter(pl.col("read") > 0)
         .select(
             "rank",

@@ -10,28 +10,61 @@ import polars as pl
 
 from traceanalyzer.model import Kind, Timeline
 
+#: The text columns a recorded shape is read from; equal texts decode to equal values.
+SHAPE_TEXT = ("input_dims", "input_types")
+
+
+def operator_rows(events: pl.LazyFrame) -> pl.LazyFrame:
+    """CPU operators with recorded shapes, their shapes still as text: rank, external_id,
+    op_start, op_end, op_name, input_dims, input_types."""
+    return events.filter(
+        (pl.col("kind") == Kind.CPU_OP.value)
+        & pl.col("input_dims").is_not_null()
+        & pl.col("external_id").is_not_null()
+    ).select(
+        "rank",
+        "external_id",
+        *SHAPE_TEXT,
+        op_start="start_ns",
+        op_end="end_ns",
+        op_name=pl.col("name").cast(pl.String),
+    )
+
+
+def decoded_shapes(ops: pl.LazyFrame) -> pl.LazyFrame:
+    """Each distinct shape text of `ops` (input_dims, input_types) once, with dims (a list of
+    sizes per input) and types (the dtype name per input) decoded.
+
+    A training trace records the same few shapes every step: decoding each distinct text once
+    instead of every operator's cuts the JSON decoding a hundredfold. Tensor-list inputs
+    (sizes nested one level deeper) are left out: one list per input."""
+    return (
+        ops.select(*SHAPE_TEXT)
+        .unique()
+        .filter(~pl.col("input_dims").str.slice(1).str.contains(r"\[\s*\["))
+        .with_columns(
+            dims=pl.col("input_dims").str.json_decode(pl.List(pl.List(pl.Int64))),
+            types=pl.col("input_types").str.json_decode(pl.List(pl.String)),
+        )
+    )
+
+
+def with_shapes(ops: pl.LazyFrame, shapes: pl.LazyFrame) -> pl.LazyFrame:
+    """`ops` (with the shape text columns) joined to `shapes` (keyed by the same texts), in
+    `ops`' order; the text columns are dropped."""
+    return ops.join(
+        shapes, on=list(SHAPE_TEXT), how="inner", nulls_equal=True, maintain_order="left"
+    ).drop(*SHAPE_TEXT)
+
 
 def shaped_ops(events: pl.LazyFrame) -> pl.LazyFrame:
     """CPU operators with recorded shapes: rank, external_id, op_start, op_end, op_name,
     dims (a list of sizes per input) and types (the dtype name per input).
 
     Tensor-list inputs (sizes nested one level deeper) are left out: one list per input."""
-    return (
-        events.filter(
-            (pl.col("kind") == Kind.CPU_OP.value)
-            & pl.col("input_dims").is_not_null()
-            & pl.col("external_id").is_not_null()
-        )
-        .filter(~pl.col("input_dims").str.slice(1).str.contains(r"\[\s*\["))
-        .select(
-            "rank",
-            "external_id",
-            op_start="start_ns",
-            op_end="end_ns",
-            op_name=pl.col("name").cast(pl.String),
-            dims=pl.col("input_dims").str.json_decode(pl.List(pl.List(pl.Int64))),
-            types=pl.col("input_types").str.json_decode(pl.List(pl.String)),
-        )
+    ops = operator_rows(events)
+    return with_shapes(ops, decoded_shapes(ops)).select(
+        "rank", "external_id", "op_start", "op_end", "op_name", "dims", "types"
     )
 
 

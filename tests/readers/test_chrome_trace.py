@@ -498,3 +498,35 @@ def test_a_tn_key_the_splitter_did_not_write_is_not_a_timestamp(tmp_path: Path) 
     evs[2]["tn"] = evs[4]["tn"] = 5  # one in a block, one in the tail
     ev = read(write_trace(tmp_path / "t.json", evs)).events.sort("start_ns")
     assert ev["start_ns"].to_list() == [1_000_000, 1_001_000, 1_002_000, 1_003_000, 1_004_000]
+
+
+@pytest.mark.parametrize("block", [400, 1 << 20])
+def test_args_objects_left_in_place_deep_in_a_file_are_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int
+) -> None:
+    """Blocks whose args objects were all lifted are parsed without the `args` column; a
+    later event whose args stay in place (on one line) is still read in full."""
+    evs = [kernel(1000.0 + i, 0.5, "k", corr=i) for i in range(40)]
+    head = kineto_bytes(evs).split(b"\n  ]")[0]
+    late = (
+        b',\n  {\n    "ph": "X", "cat": "kernel", "name": "late", "pid": 0, "tid": 7,'
+        b' "ts": 5000.0, "dur": 1.0,\n    "args": {"stream": 9, "correlation": 77,'
+        b' "grid": [5, 1, 1], "device": 0, "External id": 3}\n  }'
+        b',\n  {\n    "ph": "X", "cat": "cpu_op", "name": "late_op", "pid": 1, "tid": 1,'
+        b' "ts": 4999.0, "dur": 3.0,\n    "args": {"External id": 3,'
+        b' "Input Dims": [[2, 3]], "Input type": ["float"]}\n  }'
+    )
+    tail = [kernel(6000.0 + i, 0.5, "after", corr=100 + i) for i in range(3)]
+    rest = kineto_bytes(tail).split(b'"traceEvents": [')[1]
+    path = tmp_path / "t.json"
+    path.write_bytes(head + late + b"," + rest.lstrip(b"\n"))
+    monkeypatch.setattr(chrome_trace, "BLOCK_BYTES", block)
+    ev = read(path).events
+    rows = {r["name"]: r for r in ev.iter_rows(named=True)}
+    late_row = rows["late"]
+    assert (late_row["stream"], late_row["correlation"], late_row["grid"]) == (9, 77, [5, 1, 1])
+    assert late_row["external_id"] == 3
+    assert rows["late_op"]["external_id"] == 3
+    assert rows["late_op"]["input_dims"].replace(" ", "") == "[[2,3]]"
+    assert ev.filter(pl.col("name") == "after").height == 3
+    assert ev.filter(pl.col("name") == "k")["correlation"].sort().to_list() == list(range(40))

@@ -141,10 +141,11 @@ def raw_schema(text_ids: bool) -> pl.Schema:
     )
 
 
-#: Fields that only some traces carry (memory events, collectives) or only some blocks
-#: (`tn`, written by the splitter): each field of the schema costs parse time in every
-#: event, present or not (together these cost about 9 % of the parse of a trace without
-#: them), so they are parsed only once the file shows them (see `_parse_ndjson`).
+#: Fields that only some traces carry (memory events, collectives), only some blocks (`tn`,
+#: written by the splitter) or only other producers' layouts (`args`, an object the
+#: splitter did not lift): each field of the schema costs parse time in every event,
+#: present or not (together these cost about 15 % of the parse of a trace without them),
+#: so they are parsed only once the file shows them (see `_parse_ndjson`).
 MEMORY_FIELDS = ("Total Allocated", "Device Id", "Device Type")
 COMM_FIELDS = ("Collective name", "In msg nelems", "dtype")
 #: Event names that may carry the collectives' fields (NCCL/RCCL/oneCCL kernels, c10d's
@@ -199,19 +200,26 @@ def _parse_ndjson(ndjson: bytes, parsed: _Parsed, exact: bool = True) -> pl.Data
     comes out null, so a duration event without pid/tid, or a GPU event with args but no
     stream, means this producer writes ids as text. Memory and collective fields are parsed
     once the file shows a `[memory]` event, or an event whose name may carry collective
-    fields (or has `distributedInfo`). Either way the block is parsed again with the new
-    fields, and so is every later block of the file. `exact`: the block may hold `tn` (the
-    splitter rewrote its timestamps).
+    fields (or has `distributedInfo`); args objects the splitter did not lift, once an event
+    the model keeps shows none of the args fields (a Kineto event always has one: its
+    correlation or External id). Each time the block is parsed again with the new fields,
+    and so is every later block of the file. `exact`: the block may hold `tn` (the splitter
+    rewrote its timestamps).
     """
     raw = _read_ndjson(ndjson, parsed.text_ids, parsed.skipped(exact))
-    if _shows_more(raw, parsed):
+    while _shows_more(raw, parsed):  # each pass turns on at least one more field group
         raw = _read_ndjson(ndjson, parsed.text_ids, parsed.skipped(exact))
     return raw
 
 
+#: Kineto events the model keeps, as the parser sees them before normalising.
+_KEPT_EVENT = (pl.col("ph") == "X") & pl.col("cat").is_in(list(KIND_BY_CAT))
+_MEMORY_EVENT = (pl.col("ph") == "i") & (pl.col("name") == "[memory]")
+
+
 def _shows_more(raw: pl.DataFrame, parsed: _Parsed) -> bool:
-    """Whether `raw` shows text ids, memory events or collectives not parsed yet (and mark
-    them in `parsed`)."""
+    """Whether `raw` shows text ids, memory events, collectives or args objects not parsed
+    yet (and mark them in `parsed`)."""
     checks: dict[str, pl.Expr] = {}
     if not parsed.text_ids:
         checks["text_ids"] = (
@@ -224,16 +232,23 @@ def _shows_more(raw: pl.DataFrame, parsed: _Parsed) -> bool:
         ).any()
     if not parsed.memory:
         # compared as a category, not cast per row
-        checks["memory"] = ((pl.col("ph") == "i") & (pl.col("name") == "[memory]")).any()
+        checks["memory"] = _MEMORY_EVENT.any()
     if not parsed.comm:
         names = pl.col("name").unique().cast(pl.String)
         checks["comm"] = names.str.contains(_COMM_NAME).any()
+    if not parsed.args:
+        # an args object left in place leaves its event without any args field
+        skipped = parsed.skipped(exact=True)
+        read = [f for f in arg_fields(parsed.text_ids) if f not in skipped]
+        kept = (_KEPT_EVENT | _MEMORY_EVENT) if parsed.memory else _KEPT_EVENT
+        checks["args"] = (kept & pl.all_horizontal(pl.col(f).is_null() for f in read)).any()
     if not checks or raw.height == 0:
         return False
     seen = raw.select(**checks).row(0, named=True)
     parsed.text_ids |= seen.get("text_ids", False)
     parsed.memory |= seen.get("memory", False)
     parsed.comm |= seen.get("comm", False)
+    parsed.args |= seen.get("args", False)
     return any(seen.values())
 
 
@@ -308,12 +323,14 @@ class _Parsed:
     text_ids: bool = False  # ids are written as text: see _parse_ndjson
     memory: bool = False  # memory events seen: their fields are parsed
     comm: bool = False  # collectives seen (or a distributed job): their fields are parsed
+    args: bool = False  # args objects not lifted seen: they are parsed
 
     def skipped(self, exact: bool) -> frozenset[str]:
         """The optional fields not parsed (yet) in a block; `exact`: it may hold `tn`."""
         skip: tuple[str, ...] = () if exact else ("tn",)
         skip += () if self.memory else MEMORY_FIELDS
         skip += () if self.comm else COMM_FIELDS
+        skip += () if self.args else ("args",)
         return frozenset(skip)
 
     @property
@@ -574,6 +591,7 @@ def _raw_from_dicts(events: list[Any], parsed: _Parsed, exact: bool) -> pl.DataF
     dicts = [e for e in events if isinstance(e, dict)]
     if not dicts:
         return pl.DataFrame(schema=raw_schema(text_ids=False)).drop("args")
+    parsed.args = True  # decoded events keep their args objects: parse them
     return _parse_ndjson(b"\n".join(map(orjson.dumps, dicts)), parsed, exact)
 
 

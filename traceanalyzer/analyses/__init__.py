@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import polars as pl
 
 from traceanalyzer.analyses import (
@@ -47,18 +45,14 @@ def analyze(
     markers = windows.step_markers(timeline, pattern).collect().lazy()
     keys = windows.launch_keys(timeline, markers)
     syncs = idle.sync_calls(timeline).collect().lazy()
-    # on a thread of its own, beside the other analyses: its networkx part holds one core
-    # while their polars plans leave the other partly idle. Its GPU work (with only the
-    # columns it reads) is made first, before the other large frames exist.
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="critical-path")
-    paths_job = pool.submit(
-        critical_path.critical_paths,
+    # first, while few other large frames are held (its GPU work with the columns it reads
+    # only): it needs the most memory of all
+    paths = critical_path.critical_paths(
         timeline,
         markers.collect(),
         syncs.collect(),
         work=windows.linked_work(timeline, markers, keys, windows.CRITICAL_PATH_COLUMNS),
     )
-    pool.shutdown(wait=False)
     linked = windows.linked_work(timeline, markers, keys)
     work = linked.lazy().drop(windows.LAUNCH_EXTRA)
     steps = windows.device_steps(work, markers).collect()
@@ -116,7 +110,6 @@ def analyze(
     peaks = memory.step_peaks(timeline, markers)
     steps_per_rank = markers.group_by("rank").agg(steps=pl.len().cast(pl.Int64)).collect()
     slowest = int(imbalance.sort("wait_ns", "rank")["rank"][0]) if imbalance.height > 1 else None
-    paths = paths_job.result()
     return Metrics(
         basis="steps" if by_steps else "trace",
         windows=wins,

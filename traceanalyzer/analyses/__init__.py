@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import polars as pl
 
 from traceanalyzer.analyses import (
@@ -45,14 +47,20 @@ def analyze(
     markers = windows.step_markers(timeline, pattern).collect().lazy()
     keys = windows.launch_keys(timeline, markers)
     syncs = idle.sync_calls(timeline).collect().lazy()
-    # first, while few other large frames are held (its GPU work with the columns it reads
-    # only): it needs the most memory of all
-    paths = critical_path.critical_paths(
+    # the critical path's tables first, while few other large frames are held (its GPU work
+    # with the columns it reads only): they need the most memory of all. Its per-step
+    # paths (networkx and Python, one core) then run on a thread beside the other analyses,
+    # whose polars plans leave the other core partly idle.
+    prepared = critical_path.prepare(
         timeline,
         markers.collect(),
         syncs.collect(),
         work=windows.linked_work(timeline, markers, keys, windows.CRITICAL_PATH_COLUMNS),
     )
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="critical-path")
+    solving = pool.submit(prepared.solve)
+    pool.shutdown(wait=False)
+    del prepared
     linked = windows.linked_work(timeline, markers, keys)
     work = linked.lazy().drop(windows.LAUNCH_EXTRA)
     steps = windows.device_steps(work, markers).collect()
@@ -110,6 +118,7 @@ def analyze(
     peaks = memory.step_peaks(timeline, markers)
     steps_per_rank = markers.group_by("rank").agg(steps=pl.len().cast(pl.Int64)).collect()
     slowest = int(imbalance.sort("wait_ns", "rank")["rank"][0]) if imbalance.height > 1 else None
+    paths = solving.result()
     return Metrics(
         basis="steps" if by_steps else "trace",
         windows=wins,

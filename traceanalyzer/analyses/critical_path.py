@@ -176,29 +176,70 @@ def critical_paths(
     (classify.kernel_class). A trace without step markers gives empty frames. `work`: the GPU
     work with its launches (windows.gpu_work_linked), where already computed.
     """
+    return prepare(
+        timeline,
+        markers,
+        syncs,
+        scenarios=scenarios,
+        cross_stream_max_ns=cross_stream_max_ns,
+        max_steps_per_rank=max_steps_per_rank,
+        work=work,
+    ).solve()
+
+
+@dataclass
+class Prepared:
+    """The graph tables of the sampled steps, ready for `solve` (see `prepare`)."""
+
+    tables: GraphTables | None
+    scenarios: tuple[Scenario, ...]
+
+    def solve(self) -> CriticalPaths:
+        """Each step's path and what-ifs (networkx and Python, one step at a time)."""
+        tables = self.tables
+        if tables is None:
+            return _empty()
+        weights = {s.name: scenario_weights(s) for s in self.scenarios}
+        edges = tables.edges.with_columns(**weights) if weights else tables.edges
+        names = [s.name for s in self.scenarios]
+        path_parts: list[pl.DataFrame] = []
+        saved_parts: list[pl.DataFrame] = []
+        with _gc_paused():
+            steps = edges.partition_by("step", as_dict=True, maintain_order=True)
+            for (step,), es in steps.items():
+                wins = tables.windows.filter(pl.col("step") == step)
+                job = int(tables.jobs.filter(pl.col("step") == step)["job"].item())
+                path, saved = _step_paths(es, wins, job, names)
+                path_parts.append(path)
+                saved_parts.append(saved)
+        path = pl.concat(path_parts)
+        return CriticalPaths(
+            steps=_compose(tables, path),
+            what_if=pl.concat(saved_parts).sort("rank", "step", "scenario"),
+            path=path,
+        )
+
+
+def prepare(
+    timeline: Timeline,
+    markers: pl.DataFrame,
+    syncs: pl.DataFrame,
+    *,
+    scenarios: tuple[Scenario, ...] = SCENARIOS,
+    cross_stream_max_ns: int = CROSS_STREAM_MAX_NS,
+    max_steps_per_rank: int | None = MAX_STEPS_PER_RANK,
+    work: pl.DataFrame | None = None,
+) -> Prepared:
+    """The first half of `critical_paths`: the graph tables (polars; the part that needs the
+    most memory, and none of it afterwards). `solve()` on the result is the second half,
+    mostly single-threaded Python: the analyses run it on a thread beside the others."""
     if markers.height == 0:
-        return _empty()
+        return Prepared(None, scenarios)
     markers = sample_steps(markers, max_steps_per_rank)
     tables = build_tables(
         timeline, markers, syncs, cross_stream_max_ns=cross_stream_max_ns, work=work
     )
-    weights = {s.name: scenario_weights(s) for s in scenarios}
-    edges = tables.edges.with_columns(**weights) if weights else tables.edges
-    path_parts: list[pl.DataFrame] = []
-    saved_parts: list[pl.DataFrame] = []
-    with _gc_paused():
-        for (step,), es in edges.partition_by("step", as_dict=True, maintain_order=True).items():
-            wins = tables.windows.filter(pl.col("step") == step)
-            job = int(tables.jobs.filter(pl.col("step") == step)["job"].item())
-            path, saved = _step_paths(es, wins, job, [s.name for s in scenarios])
-            path_parts.append(path)
-            saved_parts.append(saved)
-    path = pl.concat(path_parts)
-    return CriticalPaths(
-        steps=_compose(tables, path),
-        what_if=pl.concat(saved_parts).sort("rank", "step", "scenario"),
-        path=path,
-    )
+    return Prepared(tables, scenarios)
 
 
 @contextmanager

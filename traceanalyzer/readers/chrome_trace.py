@@ -89,8 +89,9 @@ def arg_fields(text_ids: bool) -> dict[str, pl.DataType]:
     Ids and places are numbers in current Kineto and are parsed as such (`text_ids=False`);
     some producers write them as text (`"tid": "stream 7"` in 2021, `"stream": "0x0"` on
     ROCm), and a block that does is parsed with them as text (`text_ids=True`). Memory
-    events, collectives and the 2021 key names (`external id`, `Input dims`) are among them:
-    a field costs parse time only in the events that carry it.
+    events, collectives and the 2021 key names (`external id`, `Input dims`) are among them.
+    Every field costs parse time in every event, present or not: the optional groups
+    (`MEMORY_FIELDS`, `COMM_FIELDS`) are left out until a file shows them (`_parse_ndjson`).
     """
     ident = pl.String() if text_ids else pl.Int64()
     return {

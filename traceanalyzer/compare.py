@@ -153,12 +153,10 @@ def render_text(diff: dict[str, Any]) -> str:
 def render_html(diff: dict[str, Any]) -> str:
     """The comparison as one self-contained HTML page (escaped, nothing fetched), with the
     comparison's JSON embedded (`script#compare-data`)."""
-    from importlib import resources
-
-    import orjson
     from jinja2 import Environment, PackageLoader, select_autoescape
     from markupsafe import Markup
 
+    from traceanalyzer.render.base import script_json, static_text
     from traceanalyzer.render.units import duration, percent
 
     def fmt(key: str, v: Any) -> str:
@@ -170,14 +168,8 @@ def render_html(diff: dict[str, Any]) -> str:
         loader=PackageLoader("traceanalyzer", "render/templates"),
         autoescape=select_autoescape(["html", "j2"]),
     )
-    css = resources.files("traceanalyzer").joinpath("render/static/report.css").read_text()
-    data = (
-        orjson.dumps(diff)
-        .decode()
-        .replace("<", "\\u003c")
-        .replace(">", "\\u003e")
-        .replace("&", "\\u0026")
-    )
+    css = static_text("report.css")
+    data = script_json(diff)
     return env.get_template("compare.html.j2").render(
         diff=diff, fmt=fmt, dur=duration, css=Markup(css), data=Markup(data)
     )

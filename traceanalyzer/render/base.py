@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import sys
 import tempfile
+from importlib import resources
 from pathlib import Path
-from typing import Protocol, TextIO
+from typing import Any, Protocol, TextIO
+
+import orjson
 
 from traceanalyzer.errors import ReportWriteError
 from traceanalyzer.report import Report
@@ -22,6 +26,19 @@ class Renderer(Protocol):
     def render(self, report: Report, out: TextIO) -> None:
         """Write the whole report to `out`."""
         ...
+
+
+def script_json(value: Any) -> str:
+    """`value` as JSON for a `<script type="application/json">` block of an HTML page: `<`,
+    `>` and `&` as \\u escapes, so no string in it can close the tag or open a comment."""
+    text = orjson.dumps(value).decode("utf-8")
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+@functools.cache
+def static_text(name: str) -> str:
+    """A file of `render/static` (CSS, script) as text, read once per process."""
+    return resources.files("traceanalyzer.render").joinpath("static", name).read_text("utf-8")
 
 
 def write_report(report: Report, renderer: Renderer, path: str | None) -> None:

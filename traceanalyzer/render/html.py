@@ -13,7 +13,6 @@ import base64
 import functools
 import hashlib
 from collections import Counter
-from importlib import resources
 from typing import Any, TextIO
 
 import orjson
@@ -21,6 +20,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 from markupsafe import Markup
 
 from traceanalyzer.render import figures
+from traceanalyzer.render.base import script_json, static_text
 from traceanalyzer.render.markdown_html import markdown_html
 from traceanalyzer.render.units import duration, percent, printable
 from traceanalyzer.report import Report
@@ -64,22 +64,14 @@ def evidence_value(key: str, value: Any) -> str:
 
 
 def embedded_json(report: Report) -> Markup:
-    """The report's JSON for a `<script type="application/json">` block: `<`, `>` and `&`
-    as \\u escapes, so no string in it can close the tag or open a comment."""
-    text = orjson.dumps(report.to_json_dict()).decode("utf-8")
-    text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-    return Markup(text)
+    """The report's JSON for a `<script type="application/json">` block (`script_json`)."""
+    return Markup(script_json(report.to_json_dict()))
 
 
 @functools.cache
 def _rule_doc(code: str) -> Markup:
     # rule_markdown runs the rule's example trace through the pipeline: once per process.
     return markdown_html(rule_markdown(BY_CODE[code]), heading_offset=2)
-
-
-@functools.cache
-def _static(name: str) -> str:
-    return resources.files("traceanalyzer.render").joinpath("static", name).read_text("utf-8")
 
 
 @functools.cache
@@ -231,7 +223,7 @@ def _figures(r: Report) -> dict[str, Markup | None]:
 def page_context(report: Report) -> dict[str, Any]:
     """Everything the template reads: the report plus display-ready strings and figures."""
     r = report
-    script = _static("sort.js")
+    script = static_text("sort.js")
     digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode()
     codes = list(dict.fromkeys(f.rule for f in r.findings))
     return {
@@ -247,7 +239,7 @@ def page_context(report: Report) -> dict[str, Any]:
         "collectives": r.communication["per_collective"][:MAX_COLLECTIVE_ROWS],
         "comm_devices": [d for d in r.devices if d["comm_ns"]],
         "name_width": NAME_WIDTH,
-        "css": Markup(_static("report.css")),
+        "css": Markup(static_text("report.css")),
         "script": Markup(script),
         "script_hash": f"sha256-{digest}",
         "data_json": embedded_json(r),

@@ -8,6 +8,7 @@ import polars as pl
 
 from traceanalyzer import __version__
 from traceanalyzer.analyses import DEFAULT_TOP_KERNELS, Metrics, analyze
+from traceanalyzer.analyses.context import run_context
 from traceanalyzer.analyses.critical_path import PATH_KINDS, per_rank, preload
 from traceanalyzer.analyses.idle import LAUNCH_GAP_MAX_NS
 from traceanalyzer.config import Settings
@@ -29,12 +30,17 @@ def report(
     step_pattern: str | None = None,
     launch_gap_max_ns: int = LAUNCH_GAP_MAX_NS,
     settings: Settings | None = None,
+    all_steps: bool = False,
 ) -> Report:
     """Load, analyze, diagnose and build the report of one trace."""
     preload()
     timeline = load(path)
     metrics: Metrics = analyze(
-        timeline, top_n=top_n, step_pattern=step_pattern, launch_gap_max_ns=launch_gap_max_ns
+        timeline,
+        top_n=top_n,
+        step_pattern=step_pattern,
+        launch_gap_max_ns=launch_gap_max_ns,
+        all_steps=all_steps,
     )
     ctx = context(metrics, timeline)
     findings = run_rules(ctx, settings or Settings())
@@ -45,6 +51,7 @@ def report(
         metrics,
         tool_version=__version__,
         findings=findings,
+        context=ctx.run,
         critical_path=[
             {
                 "rank": r["rank"],
@@ -69,6 +76,7 @@ def context(metrics: Metrics, timeline: Timeline) -> Context:
         meta=timeline.meta,
         what_if={(r, s): round(v) for r, s, v in saved.iter_rows()},
         step_ns={r: round(v) for r, v in steps.iter_rows()},
+        run=run_context(timeline, metrics),
     )
 
 

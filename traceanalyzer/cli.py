@@ -86,6 +86,11 @@ def cli() -> None:
     default=None,
     help="Exit with status 1 when a finding is at or above this severity.",
 )
+@click.option(
+    "--all-steps",
+    is_flag=True,
+    help="Keep warm-up and outlier steps in the analysed window (default: left out).",
+)
 @click.option("--debug", is_flag=True, help="Show tracebacks for input errors.")
 def report(
     trace: str,
@@ -97,6 +102,7 @@ def report(
     config: Path | None,
     overrides: tuple[str, ...],
     fail_on: str | None,
+    all_steps: bool,
     debug: bool,
 ) -> None:
     """Report where GPU time went in TRACE: a torch.profiler trace (.json, .json.gz), a folder
@@ -110,6 +116,7 @@ def report(
             step_pattern=step_pattern,
             launch_gap_max_ns=round(launch_gap_us * 1000),
             settings=settings,
+            all_steps=all_steps,
         )
         api.write(rep, fmt, output)
         if api.gate(rep, settings):

@@ -35,10 +35,18 @@ class SourceDict(TypedDict):
     producer_version: str | None
 
 
+class ExcludedStepDict(TypedDict):
+    rank: int
+    name: str
+    step_ns: int
+    reason: str
+
+
 class WindowDict(TypedDict):
     start_ns: int | None
     end_ns: int | None
     basis: str
+    excluded_steps: list[ExcludedStepDict]
 
 
 class TensorCoreDict(TypedDict):
@@ -81,6 +89,7 @@ class StepDict(TypedDict):
     idle_share: float | None
     kernel_count: int
     idle_by_cause: dict[str, int]
+    warmup: bool
 
 
 class BinDict(TypedDict):
@@ -133,6 +142,7 @@ class QualityDict(TypedDict):
     truncated_files: list[str]
     dropped_events: dict[str, int]
     notes: list[str]
+    outside_window: list[dict[str, Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +166,7 @@ class Report:
     timeline_bins: tuple[dict[str, Any], ...] = ()
     memory_growth: tuple[dict[str, Any], ...] = ()
     matmul_shapes: tuple[dict[str, Any], ...] = ()
+    context: dict[str, Any] | None = None
 
     def to_json_dict(self) -> dict[str, Any]:
         """The contract's JSON object (keys in a stable order)."""
@@ -163,6 +174,7 @@ class Report:
             "format_version": FORMAT_VERSION,
             "tool_version": self.tool_version,
             "source": self.source,
+            "context": self.context or {},
             "window": self.window,
             "ranks": self.ranks,
             "devices": self.devices,
@@ -193,12 +205,30 @@ def _causes(row: dict[str, Any]) -> dict[str, int]:
     return {c: int(row[f"{c}_ns"] or 0) for c in CAUSES}
 
 
+def _outside_notes(outside: list[dict[str, Any]], metrics: Metrics) -> list[str]:
+    """One note per device with GPU work outside the window, and one for excluded steps."""
+    notes = [
+        f"rank {o['rank']} GPU {o['device']}: {o['before_count']} GPU operation(s) "
+        f"({o['before_ns'] / 1e6:.2f} ms) before the window and {o['after_count']} "
+        f"({o['after_ns'] / 1e6:.2f} ms) after it are not analysed"
+        for o in outside
+    ]
+    if metrics.excluded_steps.height:
+        names = sorted(set(metrics.excluded_steps["name"].drop_nulls().to_list()))
+        notes.append(
+            f"{len(names)} warm-up/outlier step(s) left out of the window ({', '.join(names)}); "
+            "--all-steps keeps them"
+        )
+    return notes
+
+
 def build_report(
     meta: TraceMeta,
     metrics: Metrics,
     tool_version: str,
     findings: list[Finding] | None = None,
     critical_path: list[dict[str, Any]] | None = None,
+    context: dict[str, Any] | None = None,
 ) -> Report:
     """Assemble the report from the trace's meta, the analyses' results and the findings."""
     names = {(d.rank, d.device): d.name for d in meta.devices}
@@ -243,9 +273,28 @@ def build_report(
             "idle_share": r["idle_share"],
             "kernel_count": r["kernel_count"],
             "idle_by_cause": _causes(r),
+            "warmup": False,
         }
         for r in metrics.steps.iter_rows(named=True)
     ]
+    # warm-up steps were left out of the idle analysis: no causes to show
+    warm: list[StepDict] = [
+        {
+            "rank": r["rank"],
+            "device": r["device"],
+            "name": r["name"] if r["name"] is not None else f"step {r['step']}",
+            "start_ns": r["start_ns"],
+            "end_ns": r["end_ns"],
+            "busy_ns": r["busy_ns"],
+            "idle_share": r["idle_share"],
+            "kernel_count": r["kernel_count"],
+            "idle_by_cause": {},
+            "warmup": True,
+        }
+        for r in metrics.warmup_steps.iter_rows(named=True)
+    ]
+    steps = sorted([*warm, *steps], key=lambda s: (s["rank"], s["device"], s["start_ns"]))
+    outside = _rows(metrics.outside_window)
     span = metrics.windows.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
     q = meta.quality
     longest = metrics.gaps.sort(
@@ -258,7 +307,20 @@ def build_report(
             "producer": meta.producer,
             "producer_version": meta.producer_version,
         },
-        window={"start_ns": span[0], "end_ns": span[1], "basis": metrics.basis},
+        window={
+            "start_ns": span[0],
+            "end_ns": span[1],
+            "basis": metrics.basis,
+            "excluded_steps": [
+                {
+                    "rank": r["rank"],
+                    "name": r["name"],
+                    "step_ns": r["step_ns"],
+                    "reason": r["reason"],
+                }
+                for r in metrics.excluded_steps.iter_rows(named=True)
+            ],
+        },
         ranks=[
             {
                 "rank": r.rank,
@@ -324,11 +386,13 @@ def build_report(
             "truncated": q.truncated,
             "truncated_files": list(q.truncated_files),
             "dropped_events": dict(sorted(q.dropped.items())),
-            "notes": list(q.notes),
+            "notes": [*q.notes, *_outside_notes(outside, metrics)],
+            "outside_window": outside,
         },
         tool_version=tool_version,
         findings=tuple(findings or ()),
         critical_path=tuple(critical_path or ()),
+        context=dict(context or {}),
         timeline_bins=tuple(_rows(metrics.timeline_bins)),
         memory_growth=tuple(_rows(metrics.memory_growth)),
         matmul_shapes=tuple(_rows(metrics.matmul_shapes.head(TOP_BANDWIDTH_OPS))),

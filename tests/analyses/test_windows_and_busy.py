@@ -135,7 +135,7 @@ def _step_names(tmp_path: Path, names: list[str], pattern: str | None) -> list[s
             kernel(t + 5, 10, f"k{i}", corr=i + 1),
         ]
     tl = read(write_trace(tmp_path / f"s{len(names)}.json", events))
-    return analyze(tl, step_pattern=pattern).steps["name"].to_list()
+    return analyze(tl, step_pattern=pattern, all_steps=True).steps["name"].to_list()
 
 
 def test_step_patterns(tmp_path: Path) -> None:

@@ -38,7 +38,12 @@ def test_report_json_follows_the_contract(tmp_path: Path) -> None:
     assert code == 0
     doc = json.loads(out)
     assert doc["format_version"] == 1
-    assert doc["window"] == {"start_ns": 150_000, "end_ns": 300_000, "basis": "steps"}
+    assert doc["window"] == {
+        "start_ns": 150_000,
+        "end_ns": 300_000,
+        "basis": "steps",
+        "excluded_steps": [],
+    }
     dev = doc["devices"][0]
     assert {
         k: dev[k]

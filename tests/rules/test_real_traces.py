@@ -26,8 +26,9 @@ class Expected:
 
 
 HEALTHY = Expected(
-    # the host barely keeps ahead (GPU busy ~63 %); autocast re-casts weights every step
-    must={"TA001": "warning", "TA010": "info"},
+    # the host barely keeps ahead (GPU busy ~63 %); autocast re-casts weights every step, but
+    # the casts are off the (host-bound) critical path: fixing them saves under 1 % of a step
+    must={"TA001": "warning"},
     never=("TA003", "TA004", "TA005", "TA006", "TA007", "TA008", "TA009"),
 )
 TINY = Expected(
@@ -40,8 +41,9 @@ SAMPLED_2RANK = Expected(
     never=("TA005", "TA009"),
 )
 NSYS_BF16 = Expected(
-    # slow input pipeline on odd steps, .item() every step, pageable batch copy every step
-    must={"TA001": "critical", "TA002": "info", "TA009": "info"},
+    # slow input pipeline on odd steps; .item() and a pageable batch copy every step, which
+    # cost 0.12 ms and 4 µs of a ~41 ms steady step: under the 1 % floor, so quiet
+    must={"TA001": "critical"},
     never=("TA003", "TA005"),
     critical_ok=("TA001",),
 )
@@ -93,7 +95,7 @@ def test_h100_trace_diagnoses(name: str) -> None:
 
 
 def test_every_sample_has_expectations() -> None:
-    listed = {p.name for p in SAMPLES.iterdir() if p.name != "README.md"}
+    listed = {p.name for p in SAMPLES.iterdir() if p.name not in ("README.md", "make")}
     assert listed == set(SAMPLE_CASES)
 
 

@@ -19,6 +19,7 @@ from traceanalyzer.analyses import (
     memory,
     overlap,
     shapes,
+    steady,
     tensor_cores,
     windows,
 )
@@ -34,11 +35,13 @@ def analyze(
     top_n: int = DEFAULT_TOP_KERNELS,
     step_pattern: str | None = None,
     launch_gap_max_ns: int = idle.LAUNCH_GAP_MAX_NS,
+    all_steps: bool = False,
 ) -> Metrics:
     """Compute every analysis for every (rank, device) of the timeline.
 
     `step_pattern` is a regular expression for the host ranges that mark steps (default:
     `ProfilerStep#N` for Chrome traces, common NVTX step names for Nsight exports).
+    Warm-up and outlier steps are left out of the window (see `steady`) unless `all_steps`.
     """
     if timeline.gpu_work().select(pl.len()).collect().item() == 0:
         raise no_gpu_events(timeline)
@@ -46,6 +49,10 @@ def analyze(
     _check_pattern(pattern)
     markers = windows.step_markers(timeline, pattern).collect().lazy()
     keys = windows.launch_keys(timeline, markers)
+    state = _steady_state(timeline, markers, keys, all_steps)
+    if state.excluded.height:
+        markers = state.markers.lazy()
+        keys = _drop_steps(timeline, keys, state.excluded)
     syncs = idle.sync_calls(timeline).collect().lazy()
     # the critical path's tables first, while few other large frames are held (its GPU work
     # with the columns it reads only): they need the most memory of all. Its per-step
@@ -151,7 +158,52 @@ def analyze(
         memory_growth=memory.growth(peaks),
         critical_steps=paths.steps,
         what_if=paths.what_if,
+        excluded_steps=state.excluded,
+        warmup_steps=state.warmup_rows,
+        outside_window=windows.outside_window(linked.lazy(), wins.lazy()).collect(),
     )
+
+
+def _steady_state(
+    timeline: Timeline, markers: pl.LazyFrame, keys: pl.DataFrame | None, all_steps: bool
+) -> steady.SteadyState:
+    """The steady steps (every step with `all_steps`)."""
+    found = markers.collect()
+    cols = ("rank", "device", "kind", "start_ns", "end_ns")
+    if keys is None:
+        ops = windows.linked_work(timeline, markers, None, cols).select(*cols, "step")
+    else:
+        stepped = keys.filter(pl.col("step").is_not_null())
+        ev = timeline.events
+        ops = pl.DataFrame(
+            {c: ev[c].gather(stepped["_row"]) for c in cols} | {"step": stepped["step"]}
+        )
+    ops = ops.with_columns(pl.col("kind").cast(pl.String))
+    if all_steps:
+        ops = ops.clear()
+    return steady.find(timeline, found, ops)
+
+
+def _drop_steps(
+    timeline: Timeline, keys: pl.DataFrame | None, excluded: pl.DataFrame
+) -> pl.DataFrame | None:
+    """The launch keys with the excluded steps' work unlinked (step null): it lies outside
+    the window, like work launched before the first step."""
+    if keys is None:
+        return None  # linked_work recomputes the steps from the steady markers
+    rank = timeline.events["rank"].gather(keys["_row"])
+    out = (
+        keys.with_columns(_rank=rank)
+        .join(
+            excluded.select(_rank="rank", step="step", _out=pl.lit(True)),
+            on=["_rank", "step"],
+            how="left",
+            maintain_order="left",
+        )
+        .with_columns(step=pl.when(pl.col("_out").is_null()).then(pl.col("step")))
+        .drop("_rank", "_out")
+    )
+    return out
 
 
 def _classified(timeline: Timeline, kernels_in: pl.LazyFrame) -> pl.LazyFrame:

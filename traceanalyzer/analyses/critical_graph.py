@@ -110,8 +110,9 @@ def gpu_ops(
     Columns: rank, device, stream, name, start_ns, end_ns, work_kind, coll (collective kind
     of comm kernels), launch_start_ns, launch_end_ns, pid, tid (launching thread), step (host
     step that launched it; work without a recorded launch falls in the step whose marker
-    range holds its start). `work`: the GPU work with its launches (windows.gpu_work_linked),
-    where already computed.
+    range holds its start; work queued before the first step that still runs when it starts
+    counts from that start as the first step's work, without a launch). `work`: the GPU work
+    with its launches (windows.gpu_work_linked), where already computed.
     """
     cls = kernel_class(pl.col("name"))
     work_kind = (
@@ -127,22 +128,38 @@ def gpu_ops(
         if work is None
         else work.lazy().rename({"launch_ns": "launch_start_ns"})
     )
+    links = source.select(
+        "rank",
+        "device",
+        "stream",
+        "name",
+        "start_ns",
+        "end_ns",
+        work_kind=work_kind,
+        coll=collective_kind(pl.col("name")),
+        launch_start_ns="launch_start_ns",
+        launch_end_ns="launch_end_ns",
+        pid="launch_pid",
+        tid="launch_tid",
+    ).with_columns(key=pl.coalesce("launch_start_ns", "start_ns"))
+    # work queued before the first step (launched before the capture's first step, or in a
+    # warm-up step left out) that still runs when it starts: GPU work of the first step from
+    # its start, without a launch inside it (else the first step's stream looks idle)
+    first = markers.lazy().group_by("rank").agg(f_start=pl.col("start_ns").min())
+    early = (pl.col("key") < pl.col("f_start")) & (pl.col("end_ns") > pl.col("f_start"))
     links = (
-        source.select(
-            "rank",
-            "device",
-            "stream",
-            "name",
-            "start_ns",
-            "end_ns",
-            work_kind=work_kind,
-            coll=collective_kind(pl.col("name")),
-            launch_start_ns="launch_start_ns",
-            launch_end_ns="launch_end_ns",
-            pid="launch_pid",
-            tid="launch_tid",
+        links.join(first, on="rank", how="left")
+        .with_columns(
+            start_ns=pl.when(early)
+            .then(pl.max_horizontal("start_ns", "f_start"))
+            .otherwise(pl.col("start_ns")),
+            **{
+                c: pl.when(early).then(None).otherwise(pl.col(c))
+                for c in ("launch_start_ns", "launch_end_ns", "pid", "tid")
+            },
+            key=pl.when(early).then(pl.col("f_start")).otherwise(pl.col("key")),
         )
-        .with_columns(key=pl.coalesce("launch_start_ns", "start_ns"))
+        .drop("f_start")
         .sort("key")
     )
     ranges = markers.lazy().select("rank", "step", m_start="start_ns", m_end="end_ns")

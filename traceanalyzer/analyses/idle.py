@@ -295,6 +295,10 @@ _USER_FRAME = r"^[^<]*\.py\(\d+\): "
 _LIBRARY_FRAME = r"(?:site-packages|dist-packages|/lib/python|^torch/|^<|^threading\.py)"
 
 
+#: Host ranges that mark steps or the profiler's own work, never a call site.
+_STEP_RANGE = r"^(?:ProfilerStep#\d+|PyTorch Profiler|\[memory\])"
+
+
 def sync_sites(
     timeline: Timeline, syncs: pl.LazyFrame, markers: pl.LazyFrame, gaps: pl.LazyFrame
 ) -> pl.LazyFrame:
@@ -346,6 +350,21 @@ def sync_sites(
         .group_by("_call")
         .agg(pl.col("site").sort_by("f_start").last())
     )
+    # without Python stacks: the innermost user range around the call (a module's
+    # record_function such as `DistributedDataParallel.forward`, `nn.Module: Linear_0`)
+    ranges = (
+        events.filter(pl.col("kind") == Kind.ANNOTATION.value)
+        .select(*thread, a_start="start_ns", a_end="end_ns", annot=pl.col("name").cast(pl.String))
+        .join(markers.select(annot="name").unique(), on="annot", how="anti")
+    )
+    annotated = (
+        calls.select("_call", *thread, "start_ns", "end_ns")
+        .join(ranges, on=thread)
+        .filter((pl.col("a_start") <= pl.col("start_ns")) & (pl.col("a_end") >= pl.col("end_ns")))
+        .filter(~pl.col("annot").str.contains(_STEP_RANGE))
+        .group_by("_call")
+        .agg(pl.col("annot").sort_by("a_start").last())
+    )
     idle = (
         gaps.filter(pl.col("sync_start_ns").is_not_null())
         .group_by("rank", "sync_start_ns")
@@ -362,6 +381,8 @@ def sync_sites(
     return (
         stepped.with_columns(step=pl.when(pl.col("start_ns") < pl.col("s_end")).then("step"))
         .join(sites, on="_call", how="left")
+        .join(annotated, on="_call", how="left")
+        .with_columns(site=pl.coalesce("site", "annot"))
         .join(idle, left_on=["rank", "start_ns"], right_on=["rank", "sync_start_ns"], how="left")
         .select(
             "rank",

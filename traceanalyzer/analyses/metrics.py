@@ -47,6 +47,11 @@ class Metrics:
       gpu_<class>_ns, cpu_launch_ns, crosses_ranks; `what_if`: rank, step, scenario,
       saved_ns (see analyses/critical_path.py).
     - `copies`: rank, device, copy_kind, src_memory, dst_memory, count, bytes, time_ns, gbps.
+    - `excluded_steps`: rank, step, name, step_ns, reason: warm-up and outlier steps left out
+      of the window (see analyses/steady.py); `warmup_steps`: their rows per device (rank,
+      device, step, name, start_ns, end_ns, busy_ns, idle_share, kernel_count).
+    - `outside_window`: rank, device, before_count, before_ns, after_count, after_ns: GPU work
+      outside each device's window (windows.outside_window).
     """
 
     basis: str
@@ -80,3 +85,6 @@ class Metrics:
     memory_growth: pl.DataFrame
     critical_steps: pl.DataFrame
     what_if: pl.DataFrame
+    excluded_steps: pl.DataFrame
+    warmup_steps: pl.DataFrame
+    outside_window: pl.DataFrame

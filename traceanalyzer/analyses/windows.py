@@ -239,3 +239,28 @@ def device_windows(
         .agg(pl.col("start_ns").min(), pl.col("end_ns").max())
         .sort(DEVICE_KEY)
     )
+
+
+def outside_window(work: pl.LazyFrame, windows: pl.LazyFrame) -> pl.LazyFrame:
+    """GPU work outside each device's window: rank, device, before_count, before_ns (work that
+    started before the window, e.g. launched before the first step or in a warm-up step, and
+    its time before the window's start), after_count, after_ns (likewise after its end).
+    Devices with nothing outside are left out."""
+    w = work.select(*DEVICE_KEY, "start_ns", "end_ns").join(
+        windows.select(*DEVICE_KEY, w_start="start_ns", w_end="end_ns"), on=DEVICE_KEY
+    )
+    before = pl.col("start_ns") < pl.col("w_start")
+    after = pl.col("end_ns") > pl.col("w_end")
+    before_ns = pl.min_horizontal("end_ns", "w_start") - pl.col("start_ns")
+    after_ns = pl.col("end_ns") - pl.max_horizontal("start_ns", "w_end")
+    return (
+        w.filter(before | after)
+        .group_by(DEVICE_KEY)
+        .agg(
+            before_count=before.sum().cast(pl.Int64),
+            before_ns=pl.when(before).then(before_ns).otherwise(0).sum().cast(pl.Int64),
+            after_count=after.sum().cast(pl.Int64),
+            after_ns=pl.when(after).then(after_ns).otherwise(0).sum().cast(pl.Int64),
+        )
+        .sort(DEVICE_KEY)
+    )

@@ -8,7 +8,15 @@ from typing import Any
 
 from traceanalyzer.config import Settings
 from traceanalyzer.errors import ConfigError
-from traceanalyzer.rules.base import CATEGORIES, DOC_SECTIONS, Context, Finding, Rule, Severity
+from traceanalyzer.rules.base import (
+    CATEGORIES,
+    DOC_SECTIONS,
+    Context,
+    Finding,
+    ImpactPolicy,
+    Rule,
+    Severity,
+)
 from traceanalyzer.rules.ta001_gpu_starvation import GpuStarvation
 from traceanalyzer.rules.ta002_host_sync import HostSync
 from traceanalyzer.rules.ta003_launch_overhead import LaunchOverhead
@@ -60,14 +68,27 @@ _check_registry()
 BY_CODE: dict[str, type[Rule]] = {r.code: r for r in ALL_RULES}
 
 
+#: The settings key of the impact policy (`[tool.traceanalyzer.rules.impact]`).
+IMPACT_KEY = "impact"
+
+
 def thresholds_for(rule: type[Rule], settings: Settings) -> Any:
     """The rule's Thresholds with the settings' values; unknown keys are a ConfigError."""
-    values = dict(settings.thresholds.get(rule.code, {}))
-    fields = {f.name: f for f in rule.threshold_fields()}
+    return _typed(rule.code, rule.Thresholds, settings)
+
+
+def impact_policy(settings: Settings) -> ImpactPolicy:
+    """The impact policy with the settings' values."""
+    return _typed(IMPACT_KEY, ImpactPolicy, settings)  # type: ignore[no-any-return]
+
+
+def _typed(code: str, kind_: Any, settings: Settings) -> Any:
+    values = dict(settings.thresholds.get(code, {}))
+    fields = {f.name: f for f in dataclasses.fields(kind_)}
     unknown = set(values) - set(fields)
     if unknown:
         raise ConfigError(
-            f"{rule.code} has no threshold {sorted(unknown)}",
+            f"{code} has no threshold {sorted(unknown)}",
             path=settings.source,
             hint=f"valid: {', '.join(fields) or '(none)'}",
         )
@@ -78,36 +99,46 @@ def thresholds_for(rule: type[Rule], settings: Settings) -> Any:
             typed[name] = kind(value)
         except (TypeError, ValueError) as exc:
             raise ConfigError(
-                f"{rule.code}.{name} must be a {kind.__name__}, not {value!r}", path=settings.source
+                f"{code}.{name} must be a {kind.__name__}, not {value!r}", path=settings.source
             ) from exc
-    return rule.Thresholds(**typed)
+    return kind_(**typed)
 
 
 def run_rules(ctx: Context, settings: Settings) -> list[Finding]:
-    """Every enabled rule's findings, most impactful first (unknown impact after known,
-    then by severity, code and scope)."""
-    unknown_codes = set(settings.thresholds) - set(BY_CODE)
+    """Every enabled rule's findings, worst first: by severity (which follows the impact's
+    share of a step for rules priced in time), then impact (unknown impact after known),
+    code and scope. Findings whose impact is under the policy's floor are left out."""
+    unknown_codes = set(settings.thresholds) - set(BY_CODE) - {IMPACT_KEY}
     if unknown_codes:
         raise ConfigError(
             f"unknown rule codes {sorted(unknown_codes)}",
             path=settings.source,
             hint=f"known: {', '.join(BY_CODE)}",
         )
+    policy = impact_policy(settings)
+    ctx = dataclasses.replace(ctx, policy=policy)
     findings: list[Finding] = []
     for rule in ALL_RULES:  # a dozen rules, not events
         if settings.enabled(rule.code):
-            findings.extend(rule().check(ctx, thresholds_for(rule, settings)))
+            found = rule().check(ctx, thresholds_for(rule, settings))
+            findings.extend(f for f in found if not _trivial(ctx, f, policy))
     return sorted(
         findings,
         key=lambda f: (
+            -f.severity.rank,
             f.impact_ns is None,
             -(f.impact_ns or 0),
-            -f.severity.rank,
             f.rule,
             f.scope.rank if f.scope.rank is not None else -1,
             f.scope.device if f.scope.device is not None else -1,
         ),
     )
+
+
+def _trivial(ctx: Context, f: Finding, policy: ImpactPolicy) -> bool:
+    """A finding priced in time whose fix saves under the floor's share of a step."""
+    share = ctx.share_of_step(f.scope.rank, f.impact_ns)
+    return share is not None and share < policy.min_share
 
 
 def worst(findings: list[Finding]) -> Severity | None:

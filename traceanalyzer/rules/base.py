@@ -36,6 +36,28 @@ CATEGORIES = (
 #: A fix that saves at least this share of step time is critical / a warning; less is info.
 CRITICAL_SHARE = 0.30
 WARNING_SHARE = 0.03
+#: A finding priced in time whose fix saves less than this share of a step is not reported.
+MIN_IMPACT_SHARE = 0.01
+
+
+@dataclass(frozen=True, slots=True)
+class ImpactPolicy:
+    """How every rule priced in time turns its impact into a severity, in one place
+    (settings: `[tool.traceanalyzer.rules.impact]`, or `--set impact.min_share=0.02`)."""
+
+    critical_share: float = field(
+        default=CRITICAL_SHARE,
+        metadata={"help": "impact as a share of the steady step at which a finding is critical"},
+    )
+    warning_share: float = field(
+        default=WARNING_SHARE,
+        metadata={"help": "impact as a share of the steady step at which it is a warning"},
+    )
+    min_share: float = field(
+        default=MIN_IMPACT_SHARE,
+        metadata={"help": "impact share of a step under which a finding is not reported"},
+    )
+
 
 DOC_SECTIONS = ("What it detects", "Why it matters", "How to fix", "Known false positives")
 
@@ -53,14 +75,17 @@ class Severity(StrEnum):
         return ["info", "warning", "critical"].index(self.value)
 
 
-def severity_for(impact_share: float | None, default: Severity) -> Severity:
+def severity_for(
+    impact_share: float | None, default: Severity, policy: ImpactPolicy | None = None
+) -> Severity:
     """Severity by the share of step time a fix would save (field notes: a problem costing
     0.1 % of step time is at most info); the rule's default where the impact is unknown."""
+    p = policy or ImpactPolicy()
     if impact_share is None:
         return default
-    if impact_share >= CRITICAL_SHARE:
+    if impact_share >= p.critical_share:
         return Severity.CRITICAL
-    if impact_share >= WARNING_SHARE:
+    if impact_share >= p.warning_share:
         return Severity.WARNING
     return Severity.INFO
 
@@ -121,6 +146,22 @@ class Context:
     meta: TraceMeta
     what_if: dict[tuple[int, str], int] = field(default_factory=dict)
     step_ns: dict[int, int] = field(default_factory=dict)
+    run: dict[str, Any] = field(default_factory=dict)
+    policy: ImpactPolicy = field(default_factory=ImpactPolicy)
+
+    def uses(self, key: str) -> bool:
+        """True when the run context says the run uses `key` (torch_compile, cuda_graphs...)."""
+        return bool(self.run.get(key))
+
+    @property
+    def amd(self) -> bool:
+        """True on AMD GPUs (ROCm): advice names HIP, RCCL and Matrix Cores."""
+        return self.run.get("vendor") == "amd"
+
+    def step_of(self, rank: int | None) -> int | None:
+        """The mean steady step time of `rank` (the longest rank's when None)."""
+        steps = [v for r, v in self.step_ns.items() if rank is None or r == rank]
+        return max(steps) if steps else None
 
     def saving(self, rank: int | None, scenario: str) -> int | None:
         """Mean step time saved on `rank` (worst rank when None) under a what-if scenario."""
@@ -188,14 +229,18 @@ class Rule:
         advice: str | None = None,
         severity: Severity | None = None,
     ) -> Finding:
-        """Build a finding; its severity follows its impact share unless given."""
+        """Build a finding; its impact is capped at the steady step time (a fix cannot save
+        more than the step takes) and its severity follows its impact share unless given."""
         scope = scope or Scope()
+        cap = ctx.step_of(scope.rank)
+        if impact_ns is not None:
+            impact_ns = max(0, impact_ns if cap is None else min(impact_ns, cap))
         share = ctx.share_of_step(scope.rank, impact_ns)
         return Finding(
             rule=self.code,
             slug=self.slug,
             category=self.category,
-            severity=severity or severity_for(share, self.default_severity),
+            severity=severity or severity_for(share, self.default_severity, ctx.policy),
             title=self.title,
             message=message,
             scope=scope,

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from traceanalyzer.rules import advice as advise
 from traceanalyzer.rules.base import Context, Finding, Rule, Scope, Severity
 from traceanalyzer.rules.examples import Event, launched, step
 
@@ -74,22 +75,20 @@ class GpuStarvation(Rule):
                 continue
             between = d["host_wait_between_steps_ns"]
             inside = wait - between
+            stepped = ctx.metrics.basis == "steps"
             where = []
             if between:
                 where.append(f"{between / 1e6:.2f} ms between steps (input pipeline)")
             if inside:
-                where.append(f"{inside / 1e6:.2f} ms inside steps (CPU-side work)")
+                where.append(
+                    f"{inside / 1e6:.2f} ms "
+                    + ("inside steps (CPU-side work)" if stepped else "between launches")
+                )
             advice = None
             if between > inside:
-                advice = (
-                    "The GPU waits between steps: give the DataLoader more workers, "
-                    "pin_memory=True and prefetching, or move preprocessing to the GPU."
-                )
+                advice = advise.input_pipeline(ctx)
             elif inside > 0:
-                advice = (
-                    "The GPU waits inside steps: cut Python and CPU-side work between "
-                    "launches (torch.compile, CUDA graphs, no host tensor work in the loop)."
-                )
+                advice = advise.host_overhead(ctx)
             yield self.finding(
                 ctx,
                 f"rank {d['rank']} GPU {d['device']}: idle {d['idle_share']:.0%} of a "

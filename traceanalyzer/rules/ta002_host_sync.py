@@ -37,6 +37,13 @@ class HostSync(Rule):
     ## Known false positives
     A sync that the algorithm needs (dynamic shapes decided on the host, early stopping
     checks) and syncs that torch itself issues for correctness, e.g. in some indexing ops.
+
+    ## Impact estimate
+    The GPU idle the syncs cause, per steady step: in each idle gap during which a sync call was
+    in progress, the idle while it waited plus the refill after it returned (the host queued
+    nothing while it waited), the refill counted up to the launch-gap limit (a longer wait after
+    the sync is the host's own, TA001). CPU time blocked in the call while the GPU is busy is not
+    counted: removing the sync does not give it back.
     """
 
     code = "TA002"
@@ -82,16 +89,19 @@ class HostSync(Rule):
             idle = int(mine["idle_ns"].sum())
             where = [
                 f"{s['name']} {s['per_step']:.1f}x from "
-                + (" <- ".join(x for x in (s["op"], s["site"]) if x) or "an unknown call site")
+                + (" <- ".join(x for x in (s["op"], s["site"]) if x) or "(no call stack recorded)")
                 for s in mine.head(3).iter_rows(named=True)
             ]
+            bubble = _sync_idle(ctx, rank)
             yield self.finding(
                 ctx,
                 f"rank {rank}: {per_step:.1f} host syncs per step ({'; '.join(where)}); "
-                f"{idle / 1e6:.2f} ms of GPU idle while they waited",
+                f"{idle / 1e6:.2f} ms of GPU idle while they waited, "
+                f"{bubble / 1e6:.2f} ms with the refill after them",
                 {
                     "per_step": per_step,
                     "idle_ns": idle,
+                    "idle_with_refill_ns": bubble,
                     "sites": [
                         {k: s[k] for k in ("name", "op", "site", "count", "per_step", "idle_ns")}
                         for s in mine.iter_rows(named=True)
@@ -100,5 +110,34 @@ class HostSync(Rule):
                     "threshold_per_step": t.min_per_step,
                 },
                 Scope(rank=rank),
-                ctx.saving(rank, "syncs_removed"),
+                _per_step(ctx, rank, bubble),
+                _advice(ctx),
             )
+
+
+def _sync_idle(ctx: Context, rank: int) -> int:
+    """GPU idle the syncs cause on `rank`: in every gap during which a sync was in progress,
+    the idle while it waited plus the refill after it returned (the host queued nothing while
+    it waited, so the GPU also waits for the next launch), up to the launch-gap limit: a
+    longer wait after the sync is the host's own (TA001), not the sync's. CPU time blocked in
+    the call while the GPU is busy is not counted: removing the sync does not give it back."""
+    gaps = ctx.metrics.gaps.filter((pl.col("rank") == rank) & (pl.col("sync_ns") > 0))
+    refill = pl.min_horizontal(pl.col("gap_ns") - pl.col("sync_ns"), ctx.metrics.launch_gap_max_ns)
+    return int(gaps.select((pl.col("sync_ns") + refill).sum()).item() or 0)
+
+
+def _per_step(ctx: Context, rank: int, ns: int) -> int | None:
+    """`ns` per steady step of `rank` (its device with the most steps); None without steps."""
+    steps = ctx.metrics.steps.filter(pl.col("rank") == rank)
+    n = steps.group_by("device").len()["len"].max() if steps.height else None
+    return ns // int(n) if n else None  # type: ignore[arg-type]
+
+
+def _advice(ctx: Context) -> str | None:
+    if ctx.amd:
+        return (
+            "Take .item()/.cpu()/print(tensor) out of the step (each is a hipMemcpy or "
+            "hipStreamSynchronize on ROCm): keep metrics on the GPU and read them every N "
+            "steps; use non_blocking copies."
+        )
+    return None

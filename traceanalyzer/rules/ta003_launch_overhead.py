@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from traceanalyzer.rules import advice as advise
 from traceanalyzer.rules.base import Context, Finding, Rule, Scope, Severity
 from traceanalyzer.rules.examples import Event, launched, step
 
@@ -102,6 +103,7 @@ class LaunchOverhead(Rule):
                 },
                 Scope(d["rank"], d["device"]),
                 _impact(ctx, d["rank"], d["device"], launch),
+                advise.host_overhead(ctx),
             )
 
 

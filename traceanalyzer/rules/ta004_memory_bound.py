@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 import polars as pl
 
+from traceanalyzer.rules import advice as advise
 from traceanalyzer.rules.base import Context, Finding, Rule, Severity
 from traceanalyzer.rules.examples import Event, launched, step
 
@@ -110,6 +111,7 @@ class MemoryBound(Rule):
             },
             None,
             ctx.saving(None, "memory_bound_2x"),
+            advise.fusion(ctx),
         )
 
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import polars as pl
 
-from traceanalyzer.rules.base import WARNING_SHARE, Context, Finding, Rule, Scope, Severity
+from traceanalyzer.rules.base import Context, Finding, Rule, Scope, Severity
 from traceanalyzer.rules.examples import Event, cpu_op, launch, step
 
 #: Dimensions at least this large are padded to a multiple of PAD_TO (GPT-2's vocabulary
@@ -72,9 +73,12 @@ class OddShapes(Rule):
     step to step. FP32 GEMMs without TF32 run on SIMT units anyway (see TA005).
 
     ## Impact estimate
-    None: the trace cannot tell how fast the padded GEMM would run. Without an impact, the
-    finding is a warning when the misaligned GEMMs take at least 3 % of the device's kernel
-    time, else info.
+    The misaligned GEMMs' time minus their time at the throughput this trace's aligned GEMMs
+    reach (FLOPs of `aten::mm`/`addmm`/`linear` shapes over their kernel time, 16-bit ones where
+    there are any), or, with no aligned GEMM, at 80 % of the GPU's dense 16-bit peak (the field
+    notes' table); per steady step. `bmm` shapes leave out their batch, so their excess is not
+    counted. Padding advice names only dimensions a user controls: a dimension equal to the rows
+    of a linear layer's input (batch x tokens) is not one.
     """
 
     code = "TA006"
@@ -105,46 +109,141 @@ class OddShapes(Rule):
     ]
 
     def check(self, ctx: Context, t: Thresholds) -> Iterable[Finding]:
-        shapes = ctx.metrics.matmul_shapes.filter(pl.col("misaligned").is_not_null())
+        shapes = ctx.metrics.matmul_shapes
+        odd_shapes = shapes.filter(pl.col("misaligned").is_not_null())
+        names = {(d.rank, d.device): d.name for d in ctx.meta.devices}
         for d in ctx.devices():
             rank, device = d["rank"], d["device"]
-            mine = shapes.filter((pl.col("rank") == rank) & (pl.col("device") == device))
+            here = shapes.filter((pl.col("rank") == rank) & (pl.col("device") == device))
+            mine = odd_shapes.filter((pl.col("rank") == rank) & (pl.col("device") == device))
             gemm = d["gemm_ns"] or 0
             odd = int(mine["kernel_ns"].sum() or 0)
             if not gemm or not odd or odd / gemm < t.min_misaligned_share:
                 continue
-            listed = [_shape(s) for s in mine.head(t.top_shapes).iter_rows(named=True)]
+            tokens = _token_rows(here)
+            listed = [_shape(s, tokens) for s in mine.head(t.top_shapes).iter_rows(named=True)]
             text = "; ".join(
                 f"{s['op_name']} {s['m']}x{s['n']}x{s['k']} {s['dtype']} ({s['misaligned']} "
-                f"not multiples of {s['align']}: pad {s['pad']})"
+                f"not multiples of {s['align']}"
+                + (f": pad {s['pad']}" if s["pad"] else ": rows are batch x tokens")
+                + ")"
                 for s in listed
             )
-            kernel = d["kernel_ns"] or 0
-            small = not kernel or odd / kernel < WARNING_SHARE
+            tput, basis = _throughput(here, names.get((rank, device)))
+            excess = _excess_ns(mine, tput)
+            impact = ctx.per_step(excess, rank, device) if tput else None
+            pads = [s["pad"] for s in listed if s["pad"]]
             yield self.finding(
                 ctx,
                 f"rank {rank} GPU {device}: {odd / gemm:.0%} of GEMM time ({odd / 1e6:.2f} ms) "
-                f"in {mine.height} misaligned matmul shape(s): {text}",
+                f"in {mine.height} misaligned matmul shape(s): {text}"
+                + (
+                    f"; at the {tput / 1e12:.0f} TFLOP/s of {basis} they would take "
+                    f"{(odd - excess) / 1e6:.2f} ms"
+                    if tput
+                    else ""
+                ),
                 {
                     "misaligned_ns": odd,
                     "gemm_ns": gemm,
                     "misaligned_share_of_gemm": odd / gemm,
                     "shapes": listed,
-                    "misaligned_share_of_kernel": odd / kernel if kernel else None,
+                    "misaligned_share_of_kernel": odd / d["kernel_ns"] if d["kernel_ns"] else None,
+                    "reference_tflops": tput / 1e12 if tput else None,
+                    "reference": basis,
+                    "excess_ns": excess if tput else None,
                     "threshold_share": t.min_misaligned_share,
                 },
                 Scope(rank, device),
-                None,
-                severity=Severity.INFO if small else None,
+                impact,
+                _advice(pads),
             )
 
 
-def _shape(row: dict[str, Any]) -> dict[str, Any]:
-    """One shape row with a padding suggestion for each misaligned dimension."""
+#: Dense 16-bit Tensor Core peak (FLOP/s) by device name; first match wins (field notes).
+PEAK_FLOPS: tuple[tuple[str, float], ...] = (
+    (r"B200|B100", 2250e12),
+    (r"H100|H200|H800|GH200", 990e12),
+    (r"A100|A800", 312e12),
+    (r"V100", 125e12),
+    (r"MI300X", 1307e12),
+    (r"MI250", 383e12),
+)
+#: The share of the peak a well-shaped large GEMM reaches (an 8192^3 bf16 matmul on an H100
+#: runs at about 790 of 990 TFLOP/s).
+ACHIEVABLE = 0.8
+#: Operators whose M, N, K describe the whole product (bmm shapes leave the batch out).
+_FLOP_OPS = ["aten::mm", "aten::addmm", "aten::linear"]
+
+
+def _flops(_frame: pl.DataFrame) -> pl.Expr:
+    return 2 * pl.col("m").cast(pl.Float64) * pl.col("n") * pl.col("k") * pl.col("calls")
+
+
+def _throughput(shapes: pl.DataFrame, device_name: str | None) -> tuple[float | None, str]:
+    """FLOP/s that this device's aligned GEMMs reach (16-bit where it has them), else the
+    GPU's achievable peak; None when neither is known."""
+    aligned = shapes.filter(
+        pl.col("misaligned").is_null()
+        & pl.col("align").is_not_null()
+        & pl.col("op_name").is_in(_FLOP_OPS)
+        & (pl.col("kernel_ns") > 0)
+    )
+    half = aligned.filter(pl.col("align") >= 8)
+    ref = half if half.height else aligned
+    if ref.height:
+        flops = float(ref.select(_flops(ref).sum()).item() or 0.0)
+        ns = float(ref["kernel_ns"].sum() or 0)
+        if flops > 0 and ns > 0:
+            return flops / ns * 1e9, "this trace's aligned GEMMs"
+    for pattern, peak in PEAK_FLOPS:
+        if device_name and re.search(pattern, device_name):
+            return peak * ACHIEVABLE, f"{ACHIEVABLE:.0%} of the GPU's peak"
+    return None, "unknown"
+
+
+def _excess_ns(odd: pl.DataFrame, tput: float | None) -> int:
+    """The misaligned GEMMs' time minus their time at `tput` FLOP/s (never negative)."""
+    if not tput:
+        return 0
+    mine = odd.filter(pl.col("op_name").is_in(_FLOP_OPS))
+    if not mine.height:
+        return 0
+    ideal = mine.with_columns(ideal_ns=_flops(mine) / tput * 1e9)
+    return int(
+        ideal.select((pl.col("kernel_ns") - pl.col("ideal_ns")).clip(lower_bound=0).sum()).item()
+        or 0
+    )
+
+
+def _token_rows(shapes: pl.DataFrame) -> set[int]:
+    """Row counts of the linear layers' inputs (batch x tokens): a user cannot pad them the
+    way they pad a weight, so padding advice leaves them out."""
+    rows = shapes.filter(pl.col("op_name").is_in(["aten::linear", "aten::addmm"]))["m"]
+    return {int(v) for v in rows.drop_nulls().to_list()}
+
+
+def _advice(pads: list[str]) -> str:
+    if not pads:
+        return (
+            "The misaligned dimension is the number of rows (batch x tokens): pick a batch or "
+            "sequence length that is a multiple of 8 where the data allows; weights are aligned."
+        )
+    return (
+        f"Pad the weight dimensions a user controls ({'; '.join(pads)}): hidden sizes, "
+        "vocabulary (e.g. 50257 -> 50304) and heads to multiples of 8 (16-bit) or 64."
+    )
+
+
+def _shape(row: dict[str, Any], tokens: set[int]) -> dict[str, Any]:
+    """One shape row with a padding suggestion for each misaligned dimension a user controls
+    (not the batch x tokens rows)."""
     pads = []
     for dim in (row["misaligned"] or "").split(","):
         if dim:
             size = row[dim.lower()]
+            if size in tokens:
+                continue
             step = PAD_TO if size >= PAD_LARGE_FROM else row["align"]
             pads.append(f"{dim} {size} -> {-(-size // step) * step}")
     keys = ("op_name", "m", "n", "k", "dtype", "calls", "kernel_ns", "align", "misaligned")

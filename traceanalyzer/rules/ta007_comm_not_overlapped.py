@@ -43,8 +43,10 @@ class CommNotOverlapped(Rule):
     balancing the ranks (TA008), not by overlapping.
 
     ## Impact estimate
-    The critical path's `exposed_comm_hidden` what-if: communication and collective waits
-    cost nothing. Where host time bounds the step, hiding communication saves little.
+    The exposed communication per steady step: communication kernel time with no compute
+    kernel beside it. It fires when less than `max_overlap_share` (30 %) of communication
+    overlaps compute and the exposed part is at least `min_exposed_comm_share` (3 %) of the
+    window: a DDP run whose all-reduce runs under the backward pass stays quiet.
     """
 
     code = "TA007"
@@ -60,8 +62,12 @@ class CommNotOverlapped(Rule):
     @dataclass(frozen=True, slots=True)
     class Thresholds:
         min_exposed_comm_share: float = field(
-            default=0.10,
+            default=0.03,
             metadata={"help": "exposed communication as a share of the window to trigger"},
+        )
+        max_overlap_share: float = field(
+            default=0.30,
+            metadata={"help": "fires only when less than this share of communication overlaps"},
         )
 
     # the gradient all-reduce runs after the backward GEMM, alone
@@ -84,6 +90,9 @@ class CommNotOverlapped(Rule):
             window, comm, exposed = d["window_ns"], d["comm_ns"] or 0, d["exposed_comm_ns"] or 0
             if not window or not comm or exposed / window < t.min_exposed_comm_share:
                 continue
+            share = d["overlap_share"]
+            if share is not None and share >= t.max_overlap_share:
+                continue  # overlapped as DDP does it: what stays exposed is the tail
             rank, device = d["rank"], d["device"]
             colls = ctx.metrics.collectives.filter(
                 (pl.col("rank") == rank) & (pl.col("device") == device)
@@ -99,7 +108,7 @@ class CommNotOverlapped(Rule):
             ]
             wait = waits.get(rank)
             which = ", ".join(f"{c['collective']} {c['exposed_ns'] / 1e6:.2f} ms" for c in top[:3])
-            share = d["overlap_share"]
+            share = share or 0.0
             yield self.finding(
                 ctx,
                 f"rank {rank} GPU {device}: {exposed / 1e6:.2f} ms of communication "
@@ -120,7 +129,29 @@ class CommNotOverlapped(Rule):
                     "collectives": top,
                     "rank_wait_ns": wait,
                     "threshold_share": t.min_exposed_comm_share,
+                    "threshold_overlap_share": t.max_overlap_share,
                 },
                 Scope(rank, device),
-                ctx.saving(rank, "exposed_comm_hidden"),
+                ctx.per_step(exposed, rank, device),
+                _advice(ctx),
             )
+
+
+def _advice(ctx: Context) -> str:
+    lib = "RCCL" if ctx.amd else "NCCL"
+    if ctx.uses("ddp"):
+        return (
+            f"DDP is in use but its {lib} all-reduce does not overlap the backward pass: check "
+            "for find_unused_parameters=True, gradients reduced outside backward (no_sync, "
+            "manual all_reduce), and tune bucket_cap_mb; static_graph=True helps."
+        )
+    if ctx.uses("fsdp"):
+        return (
+            "FSDP collectives run exposed: enable forward/backward prefetch, limit_all_gathers "
+            "off, and check the wrap policy's unit size."
+        )
+    return (
+        f"Overlap {lib} with compute: use DDP/FSDP (which all-reduce gradient buckets during the "
+        "backward pass) instead of reducing after backward, or launch collectives async on their "
+        "own stream."
+    )

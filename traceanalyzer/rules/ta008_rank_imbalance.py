@@ -52,10 +52,9 @@ class RankImbalance(Rule):
     send/recv pairs wait by design).
 
     ## Impact estimate
-    The mean, over the other ranks, of their wait beyond the slowest rank's, per step: what
-    they would stop waiting if the slowest rank kept pace. It assumes the waiting lies on
-    the step's critical path, which holds when the collective ends the step; treat it as an
-    upper bound otherwise.
+    The slowest rank's excess step time over the median other rank, per step: ranks finish a
+    step together, so each rank's own work is the step time less its wait inside collectives,
+    and the job would gain the median other rank's wait less the slowest rank's.
     """
 
     code = "TA008"
@@ -107,8 +106,15 @@ class RankImbalance(Rule):
             r: int(n)
             for r, n in m.steps.group_by("rank").agg(pl.col("step").n_unique()).iter_rows()
         }
-        per_step = [excess[r] / steps[r] for r in others if steps.get(r)]
-        impact = round(sum(per_step) / len(per_step)) if per_step else None
+        # the job gains the slowest rank's excess over the median rank: its own work
+        # (step time less waiting in collectives) minus the median other rank's; with equal
+        # step times that is the median other rank's wait less the slowest rank's
+        per_rank = sorted(waits[r]["wait_ns"] / steps[r] for r in others if steps.get(r))
+        impact = None
+        if per_rank and steps.get(slow):
+            mid = len(per_rank) // 2
+            median = per_rank[mid] if len(per_rank) % 2 else (per_rank[mid - 1] + per_rank[mid]) / 2
+            impact = max(0, round(median - base / steps[slow]))
         yield self.finding(
             ctx,
             f"rank {slow} is the slowest: the {len(others)} other rank(s) wait "

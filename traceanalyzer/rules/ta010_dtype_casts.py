@@ -68,12 +68,12 @@ class DtypeCasts(Rule):
         )
 
     example_bad: ClassVar[list[Event]] = [
-        step(1, 100, 500),
+        step(1, 100, 20),
         *launched(105, 110, 100, 1, _CAST),
         *launched(110, 210, 200, 2, _GEMM),
     ]
     example_good: ClassVar[list[Event]] = [
-        step(1, 100, 500),
+        step(1, 100, 20),
         *launched(105, 110, 10, 1, _CAST),
         *launched(110, 120, 300, 2, _GEMM),
     ]

@@ -49,6 +49,13 @@ class MemoryGrowth(Rule):
     Warm-up: the first steps legitimately grow (optimizer state, cuDNN workspaces, the
     allocator's cache), so traces of the first few steps can look like a leak. Variable
     sequence lengths make peaks move both ways.
+
+    ## Impact estimate
+    None in time: growth costs no step time until the device is full. Instead the evidence has
+    `bytes_per_step` (the least-squares slope of the step peaks) and `steps_to_oom` (the device's
+    memory less the last step peak, over the growth per step), and the severity follows that
+    risk: critical within `critical_steps_to_oom` steps, a warning within
+    `warning_steps_to_oom`, else info.
     """
 
     code = "TA011"
@@ -74,6 +81,14 @@ class MemoryGrowth(Rule):
         min_steps: int = field(
             default=3, metadata={"help": "steps with memory events needed to judge"}
         )
+        critical_steps_to_oom: int = field(
+            default=10_000,
+            metadata={"help": "critical when the device's memory is full within this many steps"},
+        )
+        warning_steps_to_oom: int = field(
+            default=1_000_000,
+            metadata={"help": "a warning within this many steps (info beyond)"},
+        )
 
     example_bad: ClassVar[list[Event]] = _leaky(grow=True)
     example_good: ClassVar[list[Event]] = _leaky(grow=False)
@@ -84,16 +99,38 @@ class MemoryGrowth(Rule):
             & (pl.col("growth_bytes") >= t.min_growth_bytes)
             & (pl.col("rising_share") >= t.min_rising_share)
         )
+        sizes = {(d.rank, d.device): d.memory_bytes for d in ctx.meta.devices}
         for g in rows.iter_rows(named=True):
             peaks = ctx.metrics.memory_peaks.filter(
                 (pl.col("rank") == g["rank"]) & (pl.col("device") == g["device"])
             )
+            per_step = g["per_step_bytes"] or 0
+            total = sizes.get((g["rank"], g["device"]))
+            to_oom = (
+                max(0, int((total - g["last_peak_bytes"]) // per_step))
+                if total and per_step > 0
+                else None
+            )
+            if to_oom is None:
+                severity = self.default_severity
+            elif to_oom <= t.critical_steps_to_oom:
+                severity = Severity.CRITICAL
+            elif to_oom <= t.warning_steps_to_oom:
+                severity = Severity.WARNING
+            else:
+                severity = Severity.INFO
             yield self.finding(
                 ctx,
                 f"rank {g['rank']} GPU {g['device']}: the step peak of allocated memory grew "
                 f"by {g['growth_bytes'] / 2**20:.0f} MiB over {g['steps']} steps "
-                f"(~{(g['per_step_bytes'] or 0) / 2**20:.0f} MiB per step, rising in "
-                f"{g['rising_share']:.0%} of steps)",
+                f"(~{per_step / 2**20:.0f} MiB per step, rising in "
+                f"{g['rising_share']:.0%} of steps)"
+                + (
+                    f"; at this rate the {total / 2**30:.0f} GiB of the device is full in "
+                    f"~{to_oom} steps"
+                    if to_oom is not None and total
+                    else ""
+                ),
                 {
                     "steps": g["steps"],
                     "first_peak_bytes": g["first_peak_bytes"],
@@ -102,7 +139,11 @@ class MemoryGrowth(Rule):
                     "per_step_bytes": g["per_step_bytes"],
                     "rising_share": g["rising_share"],
                     "step_peaks_bytes": peaks["peak_bytes"].to_list(),
+                    "bytes_per_step": round(per_step),
+                    "device_memory_bytes": total,
+                    "steps_to_oom": to_oom,
                 },
                 Scope(g["rank"], g["device"]),
                 None,  # memory growth costs no step time until it runs out
+                severity=severity,  # by how soon the job runs out of memory
             )

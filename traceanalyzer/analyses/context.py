@@ -1,0 +1,157 @@
+"""Run context: what the run already uses (torch.compile, CUDA graphs, DDP, AMP, ...), read
+off the names the trace holds, so that advice never recommends what the run already does.
+
+Each entry is `True`/`False`/a value, or `None` where the trace cannot tell: a Chrome trace
+without CPU operators (or an Nsight export, which records no framework operators) cannot say
+that the model is *not* compiled, only that it is when its kernels say so.
+
+The names are matched once per distinct name (a few thousand), never per event.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import polars as pl
+
+from traceanalyzer.analyses.metrics import Metrics
+from traceanalyzer.model import Kind, Timeline
+
+_HOST = [Kind.CPU_OP.value, Kind.ANNOTATION.value, Kind.RUNTIME.value, Kind.DRIVER.value]
+
+#: torch.compile's host ranges and operators (Dynamo, AOTAutograd, Inductor).
+COMPILE_HOST = re.compile(
+    r"Torch-Compiled Region|CompiledFunction|CompiledFxGraph|TorchDynamo|torch/_dynamo"
+    r"|torch/_inductor|compile_fx|_compile\.compile_inner"
+)
+#: Inductor's generated kernels: triton_poi_fused_*, triton_red_fused_*, triton_per_fused_*.
+COMPILE_KERNEL = re.compile(r"^triton_(?:poi|red|per|tem|for)_")
+GRAPH_LAUNCH = re.compile(r"^(?:cuda|hip|cu)GraphLaunch(?:_v\d+)?$")
+DDP = re.compile(r"DistributedDataParallel")
+FSDP = re.compile(r"FullyShardedDataParallel|^FSDP::|FSDP\.|fsdp", re.IGNORECASE)
+GRAD_SCALER = re.compile(r"_amp_foreach_non_finite_check_and_unscale|_amp_update_scale")
+FUSED_OPT = re.compile(r"_fused_(?:adamw?|sgd|adagrad)_?|FusedAdam|fused_adam", re.IGNORECASE)
+OPTIMIZER = re.compile(r"^Optimizer\.step#|_foreach_(?:add|mul|addcdiv|lerp|sqrt)")
+LOADER_MULTI = re.compile(r"_MultiProcessingDataLoaderIter")
+LOADER_SINGLE = re.compile(r"_SingleProcessDataLoaderIter")
+AMD_DEVICE = re.compile(r"AMD|Instinct|Radeon|\bMI\d{2,3}", re.IGNORECASE)
+NVIDIA_DEVICE = re.compile(r"NVIDIA|Tesla|GeForce|Quadro|\b[HABLV]\d{2,3}\b|RTX|GB\d{3}")
+AMD_API = re.compile(r"^hip[A-Z]")
+NVIDIA_API = re.compile(r"^cu(?:da)?[A-Z]")
+#: GEMM input dtypes (as torch records them) of mixed precision.
+LOW_PRECISION = {"c10::BFloat16": "bfloat16", "c10::Half": "float16"}
+FP8 = ("c10::Float8_e4m3fn", "c10::Float8_e5m2")
+
+CONTEXT_KEYS = (
+    "torch_compile",
+    "cuda_graphs",
+    "ddp",
+    "fsdp",
+    "amp_dtype",
+    "grad_scaler",
+    "fused_optimizer",
+    "dataloader_workers",
+    "vendor",
+    "profiler_overhead",
+)
+
+
+def _names(timeline: Timeline, kinds: list[str]) -> list[str]:
+    return (
+        timeline.events.lazy()
+        .filter(pl.col("kind").is_in(kinds))
+        .select(pl.col("name").unique().cast(pl.String))
+        .drop_nulls()
+        .collect()["name"]
+        .to_list()
+    )
+
+
+def _any(pattern: re.Pattern[str], names: list[str]) -> bool:
+    return any(pattern.search(n) for n in names)
+
+
+def run_context(timeline: Timeline, metrics: Metrics) -> dict[str, Any]:
+    """The run's context (CONTEXT_KEYS); see the module docs for what each means."""
+    ev = timeline.events
+    host = _names(timeline, _HOST)
+    kernels = _names(timeline, [Kind.KERNEL.value])
+    has = (
+        ev.lazy()
+        .select(
+            ops=(pl.col("kind") == Kind.CPU_OP.value).any(),
+            runtime=pl.col("kind").is_in([Kind.RUNTIME.value, Kind.DRIVER.value]).any(),
+            python=(pl.col("kind") == Kind.PYTHON.value).any(),
+            memory=(pl.col("kind") == Kind.MEMORY.value).any(),
+            shapes=pl.col("input_dims").is_not_null().any(),
+        )
+        .collect()
+        .row(0, named=True)
+    )
+    ops = bool(has["ops"])
+
+    def seen(pattern: re.Pattern[str]) -> bool | None:
+        """True when a host name matches; False when operators were recorded and none does."""
+        return True if _any(pattern, host) else (False if ops else None)
+
+    compiled = _any(COMPILE_HOST, host) or _any(COMPILE_KERNEL, kernels)
+    graphs = _any(GRAPH_LAUNCH, host)
+    fused = _any(FUSED_OPT, host) or _any(FUSED_OPT, kernels)
+    optimizer = _any(OPTIMIZER, host)
+    loader: int | bool | None = None
+    if _any(LOADER_MULTI, host):
+        loader = True  # worker processes; their number is not recorded
+    elif _any(LOADER_SINGLE, host):
+        loader = 0
+    return {
+        "torch_compile": True if compiled else (False if ops else None),
+        "cuda_graphs": True if graphs else (False if has["runtime"] else None),
+        "ddp": seen(DDP),
+        "fsdp": seen(FSDP),
+        "amp_dtype": _amp_dtype(metrics),
+        "grad_scaler": seen(GRAD_SCALER),
+        "fused_optimizer": True if fused else (False if optimizer else None),
+        "dataloader_workers": loader,
+        "vendor": _vendor(timeline, host, kernels),
+        "profiler_overhead": {
+            "stacks": bool(has["python"]),
+            "memory": bool(has["memory"]),
+            "shapes": bool(has["shapes"]),
+        },
+    }
+
+
+def _amp_dtype(metrics: Metrics) -> str | bool | None:
+    """The 16- or 8-bit dtype most GEMM time runs in ("bfloat16", "float16", "float8"); False
+    where most GEMM time is FP32; None without recorded shapes."""
+    shapes = metrics.matmul_shapes
+    if shapes.height == 0:
+        return None
+    by = (
+        shapes.group_by("dtype")
+        .agg(pl.col("kernel_ns").sum())
+        .sort(["kernel_ns", "dtype"], descending=[True, False])
+    )
+    top = by["dtype"][0]
+    if top in LOW_PRECISION:
+        return LOW_PRECISION[top]
+    if top in FP8:
+        return "float8"
+    if top == "float":
+        return False
+    return None
+
+
+def _vendor(timeline: Timeline, host: list[str], kernels: list[str]) -> str | None:
+    """ "amd" or "nvidia", from the device names, else the runtime API's names."""
+    names = [d.name or "" for d in timeline.meta.devices]
+    if any(AMD_DEVICE.search(n) for n in names):
+        return "amd"
+    if any(NVIDIA_DEVICE.search(n) for n in names):
+        return "nvidia"
+    if _any(AMD_API, host) or any(k.startswith("Cijk_") for k in kernels):
+        return "amd"
+    if _any(NVIDIA_API, host):
+        return "nvidia"
+    return None

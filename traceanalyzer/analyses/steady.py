@@ -1,0 +1,293 @@
+"""Steady state: warm-up and outlier steps, found before the other analyses and left out of
+the analysed window.
+
+A capture that starts with the process (Nsight, or torch.profiler without a warm-up phase)
+holds one-time work in its first step: CUDA module loading, cuBLAS/cuDNN handle creation,
+allocator growth (`cudaMalloc`), NCCL communicator init, torch.compile's compilation. A step
+like that can take ten times a steady step; averaged in, it makes every per-step figure
+(idle, impact, the critical path) describe start-up instead of the job.
+
+Each step's time is the longer of its host range and its GPU tile (the time between the
+completion of the previous step's GPU work and of its own, as `windows.device_steps`
+defines it; the longest over the rank's devices). Per rank, in order of start:
+
+- a **leading** step is *warm-up* when it holds one-time work (`ONE_TIME_WORK`) and takes at
+  least `WARMUP_FACTOR` times the median of the steps after it, or an *outlier* when it
+  takes at least `OUTLIER_FACTOR` times that median; the next step is then tried;
+- a **trailing** step is an *outlier* by the same factor (a checkpoint or evaluation at the
+  end of the capture);
+- at least `MIN_STEADY` steps always stay, and nothing is excluded from a rank with fewer
+  than `MIN_STEADY + 1` steps.
+
+Steps are matched across ranks by number: a step excluded on one rank is excluded on every
+rank (NCCL init on one rank makes the others wait in the same step). Interior outliers stay in
+the window: the window of a device is one span, and a slow step in the middle of a run is part
+of the job's behaviour. `--all-steps` keeps every step.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+import polars as pl
+
+from traceanalyzer.analyses.intervals import union
+from traceanalyzer.model import Kind, Timeline
+
+#: Host calls and ranges that happen once per process (or per new shape), not every step.
+ONE_TIME_WORK = (
+    r"^(?:cuModuleLoad\w*|cuLibraryLoad\w*|cuModuleGetFunction|cuLibraryGetKernel"
+    r"|cudaMalloc|cudaMallocHost|cudaHostAlloc|cuMemAlloc\w*|cuMemCreate|cuMemMap"
+    r"|cuCtxCreate\w*|cuDevicePrimaryCtxRetain|cudaStreamCreate\w*|cudaEventCreate\w*"
+    r"|hipMalloc|hipModuleLoad\w*|hipStreamCreate\w*"
+    r"|cublas\w*Create\w*|cublasLt\w*Create\w*|cudnnCreate\w*|miopenCreate\w*"
+    r"|nccl\w*CommInit\w*|ncclCommSplit|rccl\w*Init\w*"
+    r"|_compile\.compile_inner|compile_fx\b.*|OutputGraph\.call_user_compiler|.*autotune.*"
+    r")(?:_v\d+)?$"
+)
+#: A leading step with one-time work is warm-up at this multiple of the median step.
+WARMUP_FACTOR = 1.5
+#: Any leading or trailing step at this multiple of the median step is an outlier.
+OUTLIER_FACTOR = 2.0
+#: Steps always kept per rank.
+MIN_STEADY = 2
+
+_HOST = [Kind.RUNTIME.value, Kind.DRIVER.value, Kind.CPU_OP.value, Kind.ANNOTATION.value]
+
+
+@dataclass(frozen=True, slots=True)
+class SteadyState:
+    """The steady steps' markers, the excluded steps and their per-device rows.
+
+    - `markers`: the step markers of the steady steps (rank, step, name, start_ns, end_ns);
+    - `excluded`: rank, step, name, step_ns, reason, one per excluded step and rank;
+    - `warmup_rows`: rank, device, step, name, start_ns, end_ns, busy_ns, idle_share,
+      kernel_count of the excluded steps on each device (for `steps[]` with `warmup: true`).
+    """
+
+    markers: pl.DataFrame
+    excluded: pl.DataFrame
+    warmup_rows: pl.DataFrame
+
+
+def _ops_schema() -> dict[str, pl.DataType]:
+    return {
+        "rank": pl.Int32(),
+        "device": pl.Int32(),
+        "kind": pl.String(),
+        "start_ns": pl.Int64(),
+        "end_ns": pl.Int64(),
+        "step": pl.Int64(),
+    }
+
+
+def find(timeline: Timeline, markers: pl.DataFrame, ops: pl.DataFrame) -> SteadyState:
+    """Warm-up and outlier steps of each rank. `ops`: the GPU work launched inside steps
+    (rank, device, kind, start_ns, end_ns, step)."""
+    empty = pl.DataFrame(
+        schema={
+            "rank": pl.Int32(),
+            "step": pl.Int64(),
+            "name": pl.String(),
+            "step_ns": pl.Int64(),
+            "reason": pl.String(),
+        }
+    )
+    tiles = _tiles(ops)
+    if markers.height < MIN_STEADY + 1 or tiles.height == 0:
+        return SteadyState(markers, empty, _warmup_rows(ops, tiles.clear(), markers))
+    per_step = (
+        tiles.group_by("rank", "step")
+        .agg(dev_ns=pl.col("tile_ns").max())
+        .join(
+            markers.select(
+                "rank", "step", "name", "start_ns", host_ns=pl.col("end_ns") - pl.col("start_ns")
+            ),
+            on=["rank", "step"],
+            how="right",
+        )
+        .with_columns(step_ns=pl.max_horizontal(pl.col("dev_ns").fill_null(0), "host_ns"))
+        .join(_one_time(timeline, markers).collect(), on=["rank", "step"], how="left")
+        .sort("rank", "start_ns")
+    )
+    flagged: dict[int, tuple[str, int, str]] = {}  # step -> (reason, rank, name) where first found
+    rows: list[dict[str, object]] = []
+    by_rank = per_step.partition_by("rank", as_dict=True, maintain_order=True)
+    for (rank,), frame in by_rank.items():  # per rank: a few summary rows, not events
+        for i, reason in _flag(frame["step_ns"].to_list(), frame["one_time"].to_list()).items():
+            step = frame["step"][i]
+            flagged.setdefault(step, (reason, int(rank), frame["name"][i]))
+    if not flagged:
+        return SteadyState(markers, empty, _warmup_rows(ops, tiles.clear(), markers))
+    for (rank,), frame in by_rank.items():
+        for r in frame.iter_rows(named=True):
+            if r["step"] not in flagged:
+                continue
+            reason, where, _ = flagged[r["step"]]
+            if where != rank:
+                reason = f"left out on every rank (rank {where}: {reason})"
+            rows.append(
+                {
+                    "rank": rank,
+                    "step": r["step"],
+                    "name": r["name"],
+                    "step_ns": int(r["step_ns"]),
+                    "reason": reason,
+                }
+            )
+    excluded = pl.DataFrame(rows, schema=empty.schema)
+    keys = excluded.select("rank", "step")
+    return SteadyState(
+        markers.join(keys, on=["rank", "step"], how="anti"),
+        excluded,
+        _warmup_rows(ops, tiles.join(keys, on=["rank", "step"], how="semi"), markers),
+    )
+
+
+def _flag(durations: list[int], one_time: list[str | None]) -> dict[int, str]:
+    """Indexes of the leading and trailing steps to leave out, with the reason."""
+    n = len(durations)
+    if n < MIN_STEADY + 1:
+        return {}
+    out: dict[int, str] = {}
+    lo, hi = 0, n - 1
+
+    def ratio(i: int) -> float:
+        """Step i against the median of the other steps still kept."""
+        med = statistics.median(durations[j] for j in range(lo, hi + 1) if j != i)
+        return durations[i] / med if med > 0 else 0.0
+
+    while hi - lo + 1 > MIN_STEADY:
+        r = ratio(lo)
+        if one_time[lo] and r >= WARMUP_FACTOR:
+            out[lo] = f"warm-up: one-time work ({one_time[lo]}); {r:.1f}x the median step"
+        elif r >= OUTLIER_FACTOR:
+            out[lo] = f"outlier: {r:.1f}x the median step"
+        else:
+            break
+        lo += 1
+    while hi - lo + 1 > MIN_STEADY:
+        r = ratio(hi)
+        if r < OUTLIER_FACTOR:
+            break
+        out[hi] = f"outlier: {r:.1f}x the median step"
+        hi -= 1
+    return out
+
+
+def _tiles(ops: pl.DataFrame) -> pl.DataFrame:
+    """Each step's GPU tile per device: rank, device, step, begin_ns, end_ns, tile_ns (as in
+    windows.device_steps: from the previous step's completion to this one's)."""
+    return (
+        ops.lazy()
+        .filter(pl.col("step").is_not_null())
+        .group_by("rank", "device", "step")
+        .agg(first_ns=pl.col("start_ns").min(), last_ns=pl.col("end_ns").max())
+        .sort("rank", "device", "first_ns")
+        .with_columns(end_ns=pl.col("last_ns").cum_max().over("rank", "device"))
+        .with_columns(
+            begin_ns=pl.coalesce(
+                pl.col("end_ns").shift(1).over("rank", "device"), pl.col("first_ns")
+            )
+        )
+        .with_columns(tile_ns=pl.col("end_ns") - pl.col("begin_ns"))
+        .select("rank", "device", "step", "begin_ns", "end_ns", "tile_ns")
+        .collect()
+    )
+
+
+def _one_time(timeline: Timeline, markers: pl.DataFrame) -> pl.LazyFrame:
+    """rank, step, one_time: the one-time host calls inside each step, as text
+    (`cudaMalloc x12, cuModuleLoadData x3`); steps without any are absent."""
+    host = timeline.events.lazy().filter(pl.col("kind").is_in(_HOST))
+    names = (
+        host.select(pl.col("name").unique().cast(pl.String))
+        .filter(pl.col("name").str.contains(ONE_TIME_WORK))
+        .collect()["name"]
+        .to_list()
+    )
+    schema = {"rank": pl.Int32(), "step": pl.Int64(), "one_time": pl.String()}
+    if not names:
+        return pl.LazyFrame(schema=schema)
+    calls = (
+        host.filter(pl.col("name").is_in(names))
+        .select("rank", "start_ns", name=pl.col("name").cast(pl.String))
+        .sort("start_ns")
+        .join_asof(
+            markers.lazy()
+            .select("rank", "step", s_start="start_ns", s_end="end_ns")
+            .sort("s_start"),
+            left_on="start_ns",
+            right_on="s_start",
+            by="rank",
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .filter(pl.col("start_ns") < pl.col("s_end"))
+        .group_by("rank", "step", "name")
+        .agg(n=pl.len())
+        .sort(["rank", "step", "n", "name"], descending=[False, False, True, False])
+    )
+    return (
+        calls.group_by("rank", "step", maintain_order=True)
+        .agg(
+            one_time=pl.concat_str(pl.col("name"), pl.lit(" x"), pl.col("n").cast(pl.String))
+            .head(3)
+            .str.join(", ")
+        )
+        .select(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int64), "one_time")
+    )
+
+
+def _warmup_rows(ops: pl.DataFrame, tiles: pl.DataFrame, markers: pl.DataFrame) -> pl.DataFrame:
+    """The excluded steps' device rows: busy time and kernel count inside each tile."""
+    inside = (
+        ops.lazy()
+        .join(
+            tiles.lazy().select("rank", "device", "step", "begin_ns", "end_ns"),
+            on=["rank", "device", "step"],
+            suffix="_t",
+        )
+        .with_columns(
+            start_ns=pl.max_horizontal("start_ns", "begin_ns"),
+            end_ns=pl.min_horizontal("end_ns", "end_ns_t"),
+        )
+        .filter(pl.col("end_ns") > pl.col("start_ns"))
+    )
+    busy = (
+        union(
+            inside.select("rank", "device", "step", "start_ns", "end_ns"),
+            ["rank", "device", "step"],
+        )
+        .group_by("rank", "device", "step")
+        .agg(busy_ns=(pl.col("end_ns") - pl.col("start_ns")).sum())
+    )
+    kernels = (
+        inside.filter(pl.col("kind") == Kind.KERNEL.value)
+        .group_by("rank", "device", "step")
+        .agg(kernel_count=pl.len().cast(pl.Int64))
+    )
+    span = pl.col("end_ns") - pl.col("start_ns")
+    return (
+        tiles.lazy()
+        .select("rank", "device", "step", start_ns="begin_ns", end_ns="end_ns")
+        .join(busy, on=["rank", "device", "step"], how="left")
+        .join(kernels, on=["rank", "device", "step"], how="left")
+        .join(markers.lazy().select("rank", "step", "name"), on=["rank", "step"], how="left")
+        .with_columns(pl.col("busy_ns", "kernel_count").fill_null(0))
+        .with_columns(idle_share=pl.when(span > 0).then((span - pl.col("busy_ns")) / span))
+        .select(
+            "rank",
+            "device",
+            "step",
+            "name",
+            "start_ns",
+            "end_ns",
+            "busy_ns",
+            "idle_share",
+            "kernel_count",
+        )
+        .sort("rank", "device", "start_ns")
+        .collect()
+    )

@@ -1,0 +1,71 @@
+"""Advice that fits the run: what to try next given what the run already does (the run
+context, analyses/context.py), in the vendor's words. Shared by the rules that give host-side
+or fusion advice."""
+
+from __future__ import annotations
+
+from traceanalyzer.rules.base import Context
+
+
+def host_overhead(ctx: Context) -> str:
+    """Next steps against host overhead inside steps (Python, dispatch, launches)."""
+    if ctx.uses("cuda_graphs") and ctx.uses("torch_compile"):
+        return (
+            "The model is compiled and replays CUDA graphs already: capture more of the step "
+            "in the graph (optimizer, loss), remove graph breaks (TORCH_LOGS=graph_breaks), and "
+            "give each kernel more work (larger batches)."
+        )
+    if ctx.uses("cuda_graphs"):
+        return (
+            "The run replays CUDA graphs already: capture more of the step in one graph, fuse "
+            "the graphed work (torch.compile) and give each kernel more work (larger batches)."
+        )
+    if ctx.uses("torch_compile"):
+        return (
+            'The model is compiled already: use mode="reduce-overhead" (CUDA graphs) to cut '
+            "launch overhead, find and remove graph breaks (TORCH_LOGS=graph_breaks), and keep "
+            "host tensor work out of the loop."
+        )
+    graphs = "HIP graphs" if ctx.amd else "CUDA graphs"
+    return (
+        f'Cut Python and CPU-side work between launches: torch.compile (mode="reduce-overhead" '
+        f"adds {graphs}), fewer host round trips, no host tensor work in the loop."
+    )
+
+
+def input_pipeline(ctx: Context) -> str:
+    """Next steps against waits between steps (the input pipeline)."""
+    workers = ctx.run.get("dataloader_workers")
+    if workers == 0:
+        return (
+            "The GPU waits between steps and the DataLoader runs in the main process "
+            "(num_workers=0): give it worker processes, pin_memory=True and prefetching."
+        )
+    if workers is True:
+        return (
+            "The GPU waits between steps although the DataLoader has worker processes: raise "
+            "num_workers and prefetch_factor, pin_memory=True, or move preprocessing to the GPU."
+        )
+    return (
+        "The GPU waits between steps: give the DataLoader more workers, pin_memory=True and "
+        "prefetching, or move preprocessing to the GPU."
+    )
+
+
+def fusion(ctx: Context) -> str:
+    """Next steps against memory-bound (unfused) kernel time."""
+    parts = []
+    if ctx.uses("torch_compile"):
+        parts.append(
+            "the model is compiled already: look for graph breaks that split fusions "
+            '(TORCH_LOGS=graph_breaks) and try mode="max-autotune"'
+        )
+    else:
+        parts.append("fuse pointwise chains with torch.compile")
+    if ctx.run.get("fused_optimizer") is not True:
+        parts.append("use a fused optimizer (fused=True)")
+    parts.append("fused norms and scaled_dot_product_attention")
+    if not ctx.run.get("amp_dtype"):
+        parts.append("keep activations in 16-bit")
+    text = "; ".join(parts)
+    return text[0].upper() + text[1:] + "."

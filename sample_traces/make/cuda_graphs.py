@@ -2,7 +2,8 @@
 
 An 8-block residual MLP (width 256, hidden 1024, LayerNorm, GELU), input 4 x 64 x 256, MSE
 loss, AdamW(fused=True, capturable=True), forward under bf16 autocast (cache_enabled=False,
-as graph capture needs), so the GEMMs run on Tensor Cores. The forward, backward and optimizer step are
+as graph capture needs), so the GEMMs run on Tensor Cores. The forward, backward and optimizer
+step are
 captured into one torch.cuda.CUDAGraph after eager warm-up on a side stream (the pattern of
 the PyTorch CUDA-graphs docs), with static inputs (no per-step copy), and replayed once per
 step. Expected: every kernel comes from a graph replay (`cudaGraphLaunch`); advice must not

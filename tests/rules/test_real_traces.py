@@ -41,9 +41,10 @@ SAMPLED_2RANK = Expected(
     never=("TA005", "TA009"),
 )
 NSYS_BF16 = Expected(
-    # slow input pipeline on odd steps; .item() and a pageable batch copy every step, which
-    # cost 0.12 ms and 4 µs of a ~41 ms steady step: under the 1 % floor, so quiet
-    must={"TA001": "critical"},
+    # slow input pipeline on odd steps; .item() every step (0.12 ms of a ~41 ms steady step:
+    # reported at info, as every-step syncs are); a pageable batch copy every step (4 µs a
+    # step: under the 1 % floor, so quiet)
+    must={"TA001": "critical", "TA002": "info"},
     never=("TA003", "TA005"),
     critical_ok=("TA001",),
 )

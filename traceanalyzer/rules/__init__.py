@@ -121,7 +121,7 @@ def run_rules(ctx: Context, settings: Settings) -> list[Finding]:
     for rule in ALL_RULES:  # a dozen rules, not events
         if settings.enabled(rule.code):
             found = rule().check(ctx, thresholds_for(rule, settings))
-            findings.extend(f for f in found if not _trivial(ctx, f, policy))
+            findings.extend(f for f in found if rule.below_floor or not _trivial(ctx, f, policy))
     return sorted(
         findings,
         key=lambda f: (

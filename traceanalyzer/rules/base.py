@@ -211,6 +211,10 @@ class Rule:
     class Thresholds:
         """No thresholds."""
 
+    #: Reported even when its impact is under the policy's floor (at the severity its impact
+    #: gives): for a habit that costs little now but blocks the fixes of others.
+    below_floor: ClassVar[bool] = False
+
     #: Tiny example traces: events (Chrome-trace dicts) the rule fires on / stays quiet on.
     example_bad: ClassVar[list[dict[str, Any]]] = []
     example_good: ClassVar[list[dict[str, Any]]] = []

@@ -132,7 +132,7 @@ class OddShapes(Rule):
             tput, basis = _throughput(here, names.get((rank, device)))
             excess = _excess_ns(mine, tput)
             impact = ctx.per_step(excess, rank, device) if tput else None
-            pads = [s["pad"] for s in listed if s["pad"]]
+            pads = [p for s in mine.iter_rows(named=True) if (p := _shape(s, tokens)["pad"])]
             yield self.finding(
                 ctx,
                 f"rank {rank} GPU {device}: {odd / gemm:.0%} of GEMM time ({odd / 1e6:.2f} ms) "
@@ -224,6 +224,11 @@ def _token_rows(shapes: pl.DataFrame) -> set[int]:
 
 
 def _advice(pads: list[str]) -> str:
+    # "N 50257 -> 50304, K 4001 -> 4008": each size once, whichever dimension it was
+    sizes = dict.fromkeys(
+        part.split(" ", 1)[1] for pad in pads for part in pad.split(", ") if " " in part
+    )
+    pads = list(sizes)
     if not pads:
         return (
             "The misaligned dimension is the number of rows (batch x tokens): pick a batch or "

@@ -178,3 +178,20 @@ def test_committed_rule_docs_are_generated(rule: type[Rule]) -> None:
 def test_committed_rule_index_is_generated() -> None:
     index = REPO / "docs" / "rules" / "README.md"
     assert index.read_text(encoding="utf-8") == index_markdown(ALL_RULES)
+
+
+def test_rank_imbalance_priced_by_the_slowest_ranks_excess(tmp_path: Path) -> None:
+    """Rank 1 computes 300 µs, rank 0 100 µs: the job gains 200 µs a step, not the sum of
+    the waits; rank 0's exposed all-reduce is all waiting, which overlap would not hide."""
+    rule = BY_CODE["TA008"]
+    path = write_example(rule.example_bad, tmp_path, "imbalance")
+    found = api.report(path).findings
+    imbalance = next(f for f in found if f.rule == "TA008")
+    assert imbalance.impact_ns == 200_000
+    assert found[0].rule == "TA008"
+
+
+def test_amd_findings_use_amd_words(tmp_path: Path) -> None:
+    from traceanalyzer.rules.base import _vendor_words
+
+    assert _vendor_words("GEMMs not on Tensor Cores; NCCL") == "GEMMs not on Matrix Cores; RCCL"

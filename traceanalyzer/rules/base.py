@@ -193,6 +193,28 @@ class Context:
         return self.metrics.devices.iter_rows(named=True)
 
 
+#: NVIDIA words and their AMD (ROCm) counterparts, for findings on AMD GPUs.
+_AMD_WORDS = (
+    ("Tensor Cores", "Matrix Cores"),
+    ("Tensor Core", "Matrix Core"),
+    ("CUDA graphs", "HIP graphs"),
+    ("NCCL", "RCCL"),
+    ("cudaDeviceSynchronize", "hipDeviceSynchronize"),
+    ("cudaStreamSynchronize", "hipStreamSynchronize"),
+    ("cuBLAS", "hipBLASLt"),
+)
+
+
+def _vendor_words(text: str) -> str:
+    for nvidia, amd in _AMD_WORDS:
+        text = text.replace(nvidia, amd)
+    return text
+
+
+def _same(text: str) -> str:
+    return text
+
+
 class Rule:
     """A diagnosis rule: subclass it, set the class attributes, write `check`.
 
@@ -240,17 +262,18 @@ class Rule:
         if impact_ns is not None:
             impact_ns = max(0, impact_ns if cap is None else min(impact_ns, cap))
         share = ctx.share_of_step(scope.rank, impact_ns)
+        words = _vendor_words if ctx.amd else _same
         return Finding(
             rule=self.code,
             slug=self.slug,
             category=self.category,
             severity=severity or severity_for(share, self.default_severity, ctx.policy),
-            title=self.title,
-            message=message,
+            title=words(self.title),
+            message=words(message),
             scope=scope,
             impact_ns=impact_ns,
             evidence={**evidence, "impact_share_of_step": share},
-            advice=advice or self.advice,
+            advice=words(advice or self.advice),
         )
 
     @classmethod

@@ -132,6 +132,9 @@ class OddShapes(Rule):
             tput, basis = _throughput(here, names.get((rank, device)))
             excess = _excess_ns(mine, tput)
             impact = ctx.per_step(excess, rank, device) if tput else None
+            whole = ctx.share_of_step(rank, ctx.per_step(odd, rank, device))
+            if impact is None and whole is not None and whole < ctx.policy.min_share:
+                continue  # unpriced, but even all of its time is under the floor
             pads = [p for s in mine.iter_rows(named=True) if (p := _shape(s, tokens)["pad"])]
             yield self.finding(
                 ctx,

@@ -44,9 +44,11 @@ class CommNotOverlapped(Rule):
 
     ## Impact estimate
     The exposed communication per steady step: communication kernel time with no compute
-    kernel beside it. It fires when less than `max_overlap_share` (30 %) of communication
-    overlaps compute and the exposed part is at least `min_exposed_comm_share` (3 %) of the
-    window: a DDP run whose all-reduce runs under the backward pass stays quiet.
+    kernel beside it, less the time this rank's collectives waited for a slower rank (TA008
+    prices that: overlap does not hide it). It fires when less than `max_overlap_share` (30 %)
+    of communication overlaps compute and the exposed part is at least
+    `min_exposed_comm_share` (3 %) of the window: a DDP run whose all-reduce runs under the
+    backward pass stays quiet.
     """
 
     code = "TA007"
@@ -132,7 +134,8 @@ class CommNotOverlapped(Rule):
                     "threshold_overlap_share": t.max_overlap_share,
                 },
                 Scope(rank, device),
-                ctx.per_step(exposed, rank, device),
+                # waiting for a slower rank (TA008) is not hidden by overlap: left out
+                ctx.per_step(max(0, exposed - (wait or 0)), rank, device),
                 _advice(ctx),
             )
 

@@ -135,9 +135,11 @@ def test_no_step_markers_gives_empty_frames(tmp_path: Path) -> None:
 def _plain_spans(timeline: Timeline) -> dict[tuple[int, int], int]:
     """Step windows by a plain loop (oracle): step N runs from max(its marker's start, the end
     of step N-1) to the end of its last GPU operation (launched inside its marker) or of its
-    last host event (started inside it), whichever is later."""
+    last host event (started inside it), whichever is later. The first step starts no earlier
+    than the end of the GPU work queued before the window: launched before the first marker,
+    or with no recorded launch and starting before the first launched work of its device."""
     rows = timeline.events.select(
-        "rank", "kind", "name", "pid", "start_ns", "end_ns", "correlation"
+        "rank", "device", "kind", "name", "pid", "start_ns", "end_ns", "correlation"
     ).rows(named=True)
     markers: dict[int, list[tuple[int, int, int]]] = {}
     for r in rows:
@@ -150,14 +152,33 @@ def _plain_spans(timeline: Timeline) -> dict[tuple[int, int], int]:
             key = (r["rank"], r["correlation"])
             launches[key] = min(launches.get(key, r["start_ns"]), r["start_ns"])
     out: dict[tuple[int, int], int] = {}
+    gpu = ("kernel", "memcpy", "memset")
     for rank, found in markers.items():
         found = sorted(set(found))
+        first = found[0][0]
+        device_first: dict[int, int] = {}
+        for r in rows:
+            if r["rank"] == rank and r["kind"] in gpu:
+                launch_at = launches.get((rank, r["correlation"]))
+                if launch_at is not None and launch_at >= first:
+                    dev = r["device"]
+                    device_first[dev] = min(device_first.get(dev, r["start_ns"]), r["start_ns"])
+        pre_end: int | None = None
         last: dict[int, int] = {}
         for r in rows:
             if r["rank"] != rank:
                 continue
-            if r["kind"] in ("kernel", "memcpy", "memset"):
-                t = launches.get((rank, r["correlation"]), r["start_ns"])
+            if r["kind"] in gpu:
+                launch_at = launches.get((rank, r["correlation"]))
+                queued = (
+                    launch_at < first
+                    if launch_at is not None
+                    else r["start_ns"] < device_first.get(r["device"], r["start_ns"] + 1)
+                )
+                if queued and r["end_ns"] > first:
+                    pre_end = max(pre_end or r["end_ns"], r["end_ns"])
+                    continue
+                t = r["start_ns"] if launch_at is None else launch_at
             elif r["pid"] is not None and r["kind"] in (
                 "runtime",
                 "driver",
@@ -171,10 +192,10 @@ def _plain_spans(timeline: Timeline) -> dict[tuple[int, int], int]:
             for start, end, n in found:
                 if start <= t < end:
                     last[n] = max(last.get(n, end), r["end_ns"])
-        prev_end = None
+        prev_end = pre_end if pre_end is not None and pre_end > first else None
         for start, end, n in found:
             s = start if prev_end is None else max(start, prev_end)
-            t_end = max(end, last.get(n, end), s if prev_end is None else prev_end)
+            t_end = max(end, last.get(n, end), s)
             out[(rank, n)] = t_end - s
             prev_end = t_end
     return out

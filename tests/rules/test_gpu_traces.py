@@ -197,3 +197,17 @@ def test_host_sync_sites_are_the_scripts_lines(scratch: str) -> None:
     sites = {s["site"] for s in sync["evidence"]["sites"]}
     assert sites == {"host_sync.py(21): forward", "host_sync.py(28): step"}
     assert sync["evidence"]["per_step"] == 2.0
+
+
+@pytest.mark.parametrize("name", ["fp32_no_tc.json.gz", "odd_shapes.json.gz", "tf32.json.gz"])
+def test_gpu_bound_critical_path_is_gpu_work_not_idle(name: str, scratch: str) -> None:
+    """GPU-bound runs whose host ran ~150 ms ahead: the GPU time spent on work queued before
+    the window is GPU work, not idle, and the first step starts when it drains; so the path's
+    mean step equals the mean device step (a plain loop over the steps)."""
+    doc = _report(name, scratch)
+    path = doc["critical_path"][0]
+    steps = [s for s in doc["steps"] if not s["warmup"]]
+    mean_step = sum(s["end_ns"] - s["start_ns"] for s in steps) / len(steps)
+    assert abs(path["step_ns"] / path["steps"] - mean_step) / mean_step < 0.02
+    assert path["share_by_kind"]["idle"] < 0.05
+    assert path["share_by_kind"]["gpu_compute"] > 0.9

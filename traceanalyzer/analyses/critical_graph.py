@@ -110,9 +110,10 @@ def gpu_ops(
     Columns: rank, device, stream, name, start_ns, end_ns, work_kind, coll (collective kind
     of comm kernels), launch_start_ns, launch_end_ns, pid, tid (launching thread), step (host
     step that launched it; work without a recorded launch falls in the step whose marker
-    range holds its start; work queued before the first step that still runs when it starts
-    counts from that start as the first step's work, without a launch). `work`: the GPU work
-    with its launches (windows.gpu_work_linked), where already computed.
+    range holds its start), pre (work queued before the window that still runs when the first
+    step starts: step null; launched before the first step, or without a recorded launch and
+    starting before the device's first launched work). `work`: the GPU work with its
+    launches (windows.gpu_work_linked), where already computed.
     """
     cls = kernel_class(pl.col("name"))
     work_kind = (
@@ -142,24 +143,28 @@ def gpu_ops(
         pid="launch_pid",
         tid="launch_tid",
     ).with_columns(key=pl.coalesce("launch_start_ns", "start_ns"))
-    # work queued before the first step (launched before the capture's first step, or in a
-    # warm-up step left out) that still runs when it starts: GPU work of the first step from
-    # its start, without a launch inside it (else the first step's stream looks idle)
+    # work queued before the window (launched before the first step, in a warm-up step left
+    # out, or during the profiler's warm-up, whose launches are not recorded) that still runs
+    # when the first step starts: `pre`, not part of any step; the first step starts when
+    # it drains (see step_windows), so the GPU time it takes is not the first step's idle
     first = markers.lazy().group_by("rank").agg(f_start=pl.col("start_ns").min())
-    early = (pl.col("key") < pl.col("f_start")) & (pl.col("end_ns") > pl.col("f_start"))
+    launched_in = (
+        links.join(first, on="rank")
+        .filter(pl.col("launch_start_ns").is_not_null() & (pl.col("key") >= pl.col("f_start")))
+        .group_by("rank", "device")
+        .agg(d_first=pl.col("start_ns").min())
+    )
+    pre = (
+        pl.when(pl.col("launch_start_ns").is_not_null())
+        .then(pl.col("key") < pl.col("f_start"))
+        .otherwise(pl.col("start_ns") < pl.col("d_first"))
+        & (pl.col("end_ns") > pl.col("f_start"))
+    ).fill_null(False)
     links = (
         links.join(first, on="rank", how="left")
-        .with_columns(
-            start_ns=pl.when(early)
-            .then(pl.max_horizontal("start_ns", "f_start"))
-            .otherwise(pl.col("start_ns")),
-            **{
-                c: pl.when(early).then(None).otherwise(pl.col(c))
-                for c in ("launch_start_ns", "launch_end_ns", "pid", "tid")
-            },
-            key=pl.when(early).then(pl.col("f_start")).otherwise(pl.col("key")),
-        )
-        .drop("f_start")
+        .join(launched_in, on=["rank", "device"], how="left")
+        .with_columns(pre=pre)
+        .drop("f_start", "d_first")
         .sort("key")
     )
     ranges = markers.lazy().select("rank", "step", m_start="start_ns", m_end="end_ns")
@@ -172,7 +177,10 @@ def gpu_ops(
             strategy="backward",
             check_sortedness=False,
         )
-        .filter(pl.col("step").is_not_null() & (pl.col("key") < pl.col("m_end")))
+        .with_columns(step=pl.when(~pl.col("pre")).then(pl.col("step")))
+        .filter(
+            pl.col("pre") | (pl.col("step").is_not_null() & (pl.col("key") < pl.col("m_end")))
+        )
         .drop("key", "m_start", "m_end")
         .collect()
     )
@@ -199,21 +207,34 @@ def _host_events(timeline: Timeline, markers: pl.DataFrame) -> pl.LazyFrame:
     )
 
 
-def step_windows(ops: pl.DataFrame, host: pl.DataFrame, markers: pl.DataFrame) -> pl.DataFrame:
-    """rank, step, name, start_ns (S), end_ns (T) of each step: steps tile each rank's time."""
+def step_windows(
+    ops: pl.DataFrame,
+    host: pl.DataFrame,
+    markers: pl.DataFrame,
+    queued: pl.DataFrame | None = None,
+) -> pl.DataFrame:
+    """rank, step, name, start_ns (S), end_ns (T) of each step: steps tile each rank's time.
+    `queued` (rank, pre_end_ns): where the GPU work queued before the window ends; a rank's
+    first step starts no earlier."""
     last = (
         pl.concat([ops.select("rank", "step", "end_ns"), host.select("rank", "step", "end_ns")])
         .group_by("rank", "step")
         .agg(last_ns=pl.col("end_ns").max())
     )
+    if queued is None:
+        queued = pl.DataFrame(schema={"rank": pl.Int32(), "pre_end_ns": pl.Int64()})
     return (
         markers.join(last, on=["rank", "step"], how="left")
+        .join(queued, on="rank", how="left")
         .sort("rank", "start_ns")
         .with_columns(
-            t=pl.max_horizontal("end_ns", "last_ns").cum_max().over("rank"),
+            t=pl.max_horizontal("end_ns", "last_ns", "pre_end_ns").cum_max().over("rank"),
         )
         .with_columns(
-            s=pl.max_horizontal("start_ns", pl.col("t").shift(1).over("rank")),
+            s=pl.max_horizontal(
+                "start_ns",
+                pl.coalesce(pl.col("t").shift(1).over("rank"), pl.col("pre_end_ns")),
+            ),
         )
         .select("rank", "step", "name", start_ns="s", end_ns="t")
     )
@@ -257,9 +278,12 @@ def build_tables(
     idle.sync_calls (rank, pid, tid, name, start_ns, end_ns; rows without a thread, CUPTI
     sync records, are not used). `work`: see `gpu_ops`.
     """
-    raw_ops = gpu_ops(timeline, markers, work)
+    every_op = gpu_ops(timeline, markers, work)
+    queued = every_op.filter(pl.col("pre")).group_by("rank").agg(pre_end_ns=pl.col("end_ns").max())
+    raw_ops = every_op.filter(~pl.col("pre")).drop("pre")
+    del every_op
     host = _host_events(timeline, markers).collect()
-    wins = step_windows(raw_ops, host, markers)
+    wins = step_windows(raw_ops, host, markers, queued)
     s_of = wins.select("rank", "step", S="start_ns", T="end_ns")
 
     # --- GPU operations, clipped to their step's window: node 2i (start), 2i+1 (end)

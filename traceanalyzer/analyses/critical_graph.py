@@ -178,9 +178,7 @@ def gpu_ops(
             check_sortedness=False,
         )
         .with_columns(step=pl.when(~pl.col("pre")).then(pl.col("step")))
-        .filter(
-            pl.col("pre") | (pl.col("step").is_not_null() & (pl.col("key") < pl.col("m_end")))
-        )
+        .filter(pl.col("pre") | (pl.col("step").is_not_null() & (pl.col("key") < pl.col("m_end"))))
         .drop("key", "m_start", "m_end")
         .collect()
     )

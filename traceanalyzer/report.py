@@ -137,6 +137,14 @@ class RankDict(TypedDict):
     world_size: int | None
 
 
+class VerdictDict(TypedDict):
+    headline: str
+    bound_by: str
+    step_ns: int | None
+    busy_share: float | None
+    top_saving_ns: int | None
+
+
 class QualityDict(TypedDict):
     truncated: bool
     truncated_files: list[str]
@@ -167,12 +175,14 @@ class Report:
     memory_growth: tuple[dict[str, Any], ...] = ()
     matmul_shapes: tuple[dict[str, Any], ...] = ()
     context: dict[str, Any] | None = None
+    verdict: VerdictDict | None = None
 
     def to_json_dict(self) -> dict[str, Any]:
         """The contract's JSON object (keys in a stable order)."""
         return {
             "format_version": FORMAT_VERSION,
             "tool_version": self.tool_version,
+            "verdict": self.verdict,
             "source": self.source,
             "context": self.context or {},
             "window": self.window,
@@ -203,6 +213,89 @@ def _rows(frame: pl.DataFrame) -> list[dict[str, Any]]:
 
 def _causes(row: dict[str, Any]) -> dict[str, int]:
     return {c: int(row[f"{c}_ns"] or 0) for c in CAUSES}
+
+
+#: What bounds the job, by the category of a finding that fires at warning or above.
+BOUND_BY_CATEGORY: dict[str, str] = {
+    "gpu_starvation": "host",
+    "launch_overhead": "launch",
+    "host_sync": "sync",
+    "memory_bound": "memory",
+    "no_tensor_cores": "gpu_compute",
+    "odd_shapes": "gpu_compute",
+    "dtype_casts": "memory",
+    "comm_not_overlapped": "communication",
+    "rank_imbalance": "communication",
+    "pageable_memcpy": "host",
+}
+#: ... and by the critical path's largest kind, where no such finding fires.
+BOUND_BY_PATH: dict[str, str] = {
+    "cpu": "host",
+    "gpu_compute": "gpu_compute",
+    "comm": "communication",
+    "copy": "host",
+    "sync_wait": "sync",
+    "idle": "idle",
+}
+BOUND_WORDS: dict[str, str] = {
+    "host": "host-bound",
+    "gpu_compute": "GPU-compute-bound",
+    "memory": "memory-bound",
+    "communication": "communication-bound",
+    "launch": "launch-bound",
+    "sync": "sync-bound",
+    "idle": "GPU mostly idle",
+    "mixed": "mixed",
+}
+#: A critical-path kind bounds the job when it holds at least this share of the path.
+BOUND_SHARE = 0.5
+
+
+def verdict(
+    devices: list[DeviceDict], paths: list[dict[str, Any]], findings: list[Finding]
+) -> VerdictDict:
+    """One line on what bounds the job over the steady steps: the worst finding's category
+    (warning or above, the first in the report's order), else the critical path's largest
+    kind when it holds half the path, else `mixed`; with the mean steady step (the slowest
+    rank's), the GPU busy share of the window and the top finding's saving."""
+    steps = [p["step_ns"] / p["steps"] for p in paths if p["steps"]]
+    step = round(max(steps)) if steps else None
+    window = sum(d["window_ns"] for d in devices)
+    busy = sum(d["busy_ns"] for d in devices) / window if window else None
+    serious = [f for f in findings if f.severity.rank >= 1 and f.category in BOUND_BY_CATEGORY]
+    top = serious[0] if serious else None
+    if top is not None:
+        bound = BOUND_BY_CATEGORY[top.category]
+    else:
+        totals: dict[str, int] = {}
+        for p in paths:
+            for kind, ns in p["by_kind"].items():
+                totals[kind] = totals.get(kind, 0) + ns
+        path = sum(totals.values())
+        kind, ns = max(sorted(totals.items()), key=lambda kv: kv[1], default=("", 0))
+        bound = BOUND_BY_PATH.get(kind, "mixed") if path and ns / path >= BOUND_SHARE else "mixed"
+    facts = []
+    if step is not None:
+        facts.append(f"{step / 1e6:.1f} ms steps")
+    if busy is not None:
+        facts.append(f"GPU busy {busy:.0%}")
+    saving = top.impact_ns if top is not None else None
+    if top is not None:
+        fix = f"fixing {top.rule} ({top.title})"
+        facts.append(
+            f"{fix} saves up to {saving / 1e6:.1f} ms per step" if saving else fix + " comes first"
+        )
+    else:
+        facts.append("no finding at warning or above")
+    risks = [f for f in findings if f.severity.rank == 2 and f.category not in BOUND_BY_CATEGORY]
+    facts += [f"also {f.rule} ({f.title})" for f in risks[:1]]
+    return {
+        "headline": f"{BOUND_WORDS[bound]}: " + "; ".join(facts),
+        "bound_by": bound,
+        "step_ns": step,
+        "busy_share": busy,
+        "top_saving_ns": saving,
+    }
 
 
 def _outside_notes(outside: list[dict[str, Any]], metrics: Metrics) -> list[str]:
@@ -393,6 +486,7 @@ def build_report(
         findings=tuple(findings or ()),
         critical_path=tuple(critical_path or ()),
         context=dict(context or {}),
+        verdict=verdict(devices, list(critical_path or ()), list(findings or ())),
         timeline_bins=tuple(_rows(metrics.timeline_bins)),
         memory_growth=tuple(_rows(metrics.memory_growth)),
         matmul_shapes=tuple(_rows(metrics.matmul_shapes.head(TOP_BANDWIDTH_OPS))),

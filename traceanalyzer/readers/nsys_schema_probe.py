@@ -27,6 +27,8 @@ RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
 DRIVER = "CUPTI_ACTIVITY_KIND_DRIVER"
 SYNC = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
 NVTX = "NVTX_EVENTS"
+#: Graph replays recorded whole (nsys's default `--cuda-graph-trace=graph`).
+GRAPH = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
 GPU_TABLES = (KERNEL, MEMCPY, MEMSET)
 
 #: The export-metadata table, by its names over time (2023.2 and older, then 2023.3 on).
@@ -103,7 +105,7 @@ def probe(con: sqlite3.Connection, path: Path) -> Probe:
         name for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type='table'")
     )
     result = Probe(path=path, tables=tables)
-    for table in (KERNEL, MEMCPY, MEMSET, RUNTIME, DRIVER, SYNC, NVTX, *GPU_INFO_TABLES,
+    for table in (KERNEL, MEMCPY, MEMSET, GRAPH, RUNTIME, DRIVER, SYNC, NVTX, *GPU_INFO_TABLES,
                   "TARGET_INFO_CUDA_DEVICE", "PROCESSES", "ThreadNames", "DIAGNOSTIC_EVENT",
                   "TARGET_INFO_SESSION_START_TIME", "META_DATA_CAPTURE"):  # fmt: skip
         if table in tables:

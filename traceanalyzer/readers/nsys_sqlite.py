@@ -303,6 +303,22 @@ def _kernels(con: sqlite3.Connection, pr: sp.Probe) -> pl.DataFrame:
     )
 
 
+#: Nsight's default capture of a CUDA graph replay: one graph-level activity per launch
+#: (`--cuda-graph-trace=node` records each kernel instead, and writes no such rows).
+GRAPH = sp.GRAPH
+
+
+def _graphs(con: sqlite3.Connection, pr: sp.Probe) -> pl.DataFrame:
+    """Graph replays recorded whole: GPU work (kind `kernel`, named `CUDA graph N replay`) on
+    their stream, linked to their `cudaGraphLaunch` by correlation id, so that busy time,
+    steps and the critical path count them; their kernels inside are not known."""
+    cols = [*_gpu_columns(pr, GRAPH), ("_graph", _col(pr, GRAPH, "graphId"), _I)]
+    return fetch(con, GRAPH, cols).with_columns(
+        kind=pl.lit("kernel", KIND),
+        name=pl.format("CUDA graph {} replay", pl.col("_graph").fill_null(-1)),
+    )
+
+
 def _memcpys(con: sqlite3.Connection, pr: sp.Probe) -> pl.DataFrame:
     t = sp.MEMCPY
     cols = [
@@ -477,7 +493,11 @@ def _read(con: sqlite3.Connection, path: Path) -> Timeline:
         # the runtime calls (the largest table) are printed meanwhile by another process
         aside = {t: fetch_aside(con, path, t, _api_columns(pr, t), pool) for t, _k in apis[:1]}
         gpu = [_kernels(con, pr)]
-        gpu += [f(con, pr) for t, f in ((sp.MEMCPY, _memcpys), (sp.MEMSET, _memsets)) if pr.has(t)]
+        gpu += [
+            f(con, pr)
+            for t, f in ((sp.MEMCPY, _memcpys), (sp.MEMSET, _memsets), (GRAPH, _graphs))
+            if pr.has(t)
+        ]
         procs = _gpu_processes(gpu)
         if not procs:
             raise NoGpuEventsError(

@@ -28,6 +28,7 @@ class MarkdownRenderer:
         lines = [
             f"## GPU trace report: `{_cell(r.source['path'])}`",
             "",
+            *([f"**Verdict:** {_cell(r.verdict['headline'])}", ""] if r.verdict else []),
             f"Window {duration(span)} ({w['basis']}), traceanalyzer {r.tool_version}.",
             "",
             "### Diagnoses",

@@ -67,6 +67,8 @@ def _render_rich(r: Report, out: TextIO) -> None:
 def _lines(r: Report) -> list[str]:
     src = r.source
     lines = [f"traceanalyzer {r.tool_version}: {printable(src['path'], 200)}"]
+    if r.verdict:
+        lines.append(f"verdict  {r.verdict['headline']}")
     producer = " ".join(x for x in (src["producer"], src["producer_version"]) if x)
     ranks = ", ".join(
         f"rank {k['rank']}"
@@ -77,8 +79,15 @@ def _lines(r: Report) -> list[str]:
     w = r.window
     span = (w["end_ns"] or 0) - (w["start_ns"] or 0)
     if w["basis"] == "steps":
-        n_steps = len({(s["rank"], s["name"]) for s in r.steps})
+        n_steps = len({(s["rank"], s["name"]) for s in r.steps if not s["warmup"]})
         how = f"from the first to the last step marker ({n_steps} steps), projected onto GPU work"
+        left = sorted({e["name"] for e in w["excluded_steps"]})
+        if left:
+            how += (
+                f"; {len(left)} warm-up/outlier step(s) left out ({', '.join(left[:4])}"
+                + (", ..." if len(left) > 4 else "")
+                + "; --all-steps keeps them)"
+            )
     else:
         how = "no step markers: from the first to the last GPU operation of each device"
     lines.append(f"window   {duration(span)}, {how}")

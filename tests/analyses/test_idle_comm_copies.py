@@ -158,3 +158,37 @@ def test_timeline_bins_add_up(tmp_path: Path) -> None:
     # the 280 µs host wait lies in the bins between kernels D and E
     wait = b.filter((pl.col("start_ns") >= 420_000) & (pl.col("end_ns") <= 700_000))
     assert wait["busy_ns"].sum() == 0 and wait["host_wait_ns"].sum() > 0
+
+
+def test_sync_site_without_stacks_is_the_enclosing_user_range(tmp_path: Path) -> None:
+    """No Python stacks and no operator around the sync: the innermost user range around it
+    (DDP's `DistributedDataParallel.forward` record_function) names the call site; the step
+    marker never does."""
+    from traceanalyzer import api
+    from traceanalyzer.rules.examples import HOST_PID, launch, launched, step, write_example
+
+    def annotation(ts: float, dur: float, name: str) -> dict[str, object]:
+        return {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": name,
+            "pid": HOST_PID,
+            "tid": HOST_PID,
+            "ts": ts,
+            "dur": dur,
+            "args": {},
+        }
+
+    events = []
+    for i in range(3):
+        t = 100 + 300 * i
+        events += [
+            step(i + 1, t, 300),
+            annotation(t + 5, 200, "DistributedDataParallel.forward"),
+            *launched(t + 10, t + 15, 100, 10 * i + 1, "gemm"),
+            launch(t + 20, 100, 10 * i + 2, name="cudaStreamSynchronize"),
+            *launched(t + 130, t + 135, 100, 10 * i + 3, "gemm"),
+        ]
+    rep = api.report(write_example(events, tmp_path, "ddp_sync")).to_json_dict()
+    sites = {s["site"] for s in rep["idle"]["sync_sites"]}
+    assert sites == {"DistributedDataParallel.forward"}

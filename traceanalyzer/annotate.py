@@ -28,6 +28,7 @@ from traceanalyzer.analyses.idle import CAUSES, LAUNCH_GAP_MAX_NS
 from traceanalyzer.config import Settings
 from traceanalyzer.errors import ReportWriteError, TraceFormatError
 from traceanalyzer.model import Timeline
+from traceanalyzer.render.base import output_target
 from traceanalyzer.report import Report, build_report
 from traceanalyzer.rules import run_rules
 from traceanalyzer.rules.base import Finding
@@ -79,6 +80,7 @@ def annotate(
     out = Path(output)
     if src.is_dir():
         written = []
+        out.mkdir(parents=True, exist_ok=True)  # the folder of annotated rank files
         for rank in report.ranks:
             stem = Path(rank["path"]).name.removesuffix(".gz").removesuffix(".json")
             target = out / f"{stem}.annotated.json.gz"
@@ -122,7 +124,8 @@ def _one(
         payload = orjson.dumps(doc)
     else:
         payload = _new_trace(timeline, report, mine, [*counters, *markers])
-    _write_gzip(target, payload)
+    inputs = [report.source["path"], *(r["path"] for r in report.ranks)]
+    _write_gzip(target, payload, inputs)
     return Annotated(target, len(counters), len(markers))
 
 
@@ -299,10 +302,15 @@ def _new_trace(
     return f'{head},"traceEvents":[{body}]}}'.encode()
 
 
-def _write_gzip(target: Path, payload: bytes) -> None:
-    """Write gzip-compressed `payload` to `target` atomically (temp file, then rename)."""
+def _write_gzip(target: Path, payload: bytes, inputs: list[str]) -> None:
+    """Write gzip-compressed `payload` to `target` atomically (temp file, then rename); see
+    render.base.output_target for links, devices, inputs and missing folders."""
+    target, atomic = output_target(target, inputs)
+    if not atomic:
+        with target.open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as out:
+            out.write(payload)
+        return
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     except OSError as exc:
         raise ReportWriteError(

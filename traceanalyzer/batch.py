@@ -192,6 +192,7 @@ def run_batch(
     as each run finishes (progress display).
     """
     out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "runs").mkdir(exist_ok=True)  # the per-run reports: batch's own folder
     with tempfile.TemporaryDirectory(prefix="traceanalyzer-batch-") as scratch:
         runs = discover(args, Path(scratch))
         if not runs:

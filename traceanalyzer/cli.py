@@ -252,7 +252,7 @@ def compare(before: str, after: str, fmt: str | None, output: str | None, debug:
             (
                 k
                 for k, sfx in (("json", ".json"), ("html", ".html"))
-                if (output or "").endswith(sfx)
+                if (output or "").lower().endswith(sfx)
             ),
             "terminal",
         )
@@ -265,7 +265,7 @@ def compare(before: str, after: str, fmt: str | None, output: str | None, debug:
         if output in (None, "-"):
             click.echo(text, nl=False)
         else:
-            write_text_atomic(Path(output), text)
+            write_text_atomic(Path(output), text, [before, after])
 
     _run(job, debug)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from click.testing import CliRunner
 
 from tests.builders import kernel, launch, step, write_trace
@@ -65,6 +66,7 @@ def test_chrome_trace_gains_counters_and_markers(tmp_path: Path) -> None:
 
 def test_annotated_trace_reads_back_the_same(tmp_path: Path) -> None:
     src = write_trace(tmp_path / "t.json", EVENTS, gzip=True)
+    (tmp_path / "a").mkdir()
     out = tmp_path / "a" / "annotated.json.gz"
     annotate(src, out)
     first, again = api.report(src), api.report(out)
@@ -109,3 +111,13 @@ def test_bad_input_is_one_error_line(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert result.stderr.startswith("error:")
     assert not (tmp_path / "o.json.gz").exists()
+
+
+def test_annotate_refuses_to_overwrite_its_input(tmp_path: Path) -> None:
+    from traceanalyzer.errors import ReportWriteError
+
+    src = write_trace(tmp_path / "t.json", EVENTS, gzip=True)
+    before = src.read_bytes()
+    with pytest.raises(ReportWriteError, match="one of the inputs"):
+        annotate(src, src)
+    assert src.read_bytes() == before

@@ -79,6 +79,7 @@ def test_terminal_report_names_the_numbers(tmp_path: Path) -> None:
 
 def test_output_file_is_written_atomically(tmp_path: Path) -> None:
     trace = write_trace(tmp_path / "t.json", EVENTS)
+    (tmp_path / "out").mkdir()
     code, _, _ = _run("report", str(trace), "-o", str(tmp_path / "out" / "r.json"))
     assert code == 0
     assert json.loads((tmp_path / "out" / "r.json").read_text())["format_version"] == 1
@@ -227,3 +228,24 @@ def test_batch_and_compare_commands(tmp_path: Path) -> None:
         "TA003 Launch-overhead bound: tiny kernels, GPU waits for each launch"
         in diff["diagnoses_appeared"]
     )
+
+
+def test_output_never_destroys_what_it_points_at(tmp_path: Path) -> None:
+    """-o that is the trace is refused; a symlink is written through; /dev/null stays a
+    device; a missing folder is not created; the suffix picks the format in any case."""
+    trace = write_trace(tmp_path / "t.json", EVENTS)
+    before = trace.read_bytes()
+    code, _, err = _run("report", str(trace), "-o", str(trace))
+    assert code == 2 and "one of the inputs" in err and trace.read_bytes() == before
+    real = tmp_path / "real.json"
+    real.write_text("{}")
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    assert _run("report", str(trace), "-o", str(link))[0] == 0
+    assert link.is_symlink() and json.loads(real.read_text())["format_version"] == 1
+    assert _run("report", str(trace), "-o", "/dev/null")[0] == 0
+    assert Path("/dev/null").is_char_device()
+    code, _, err = _run("report", str(trace), "-o", str(tmp_path / "missing" / "r.json"))
+    assert code == 2 and "does not exist" in err and not (tmp_path / "missing").exists()
+    assert _run("report", str(trace), "-o", str(tmp_path / "R.JSON"))[0] == 0
+    assert json.loads((tmp_path / "R.JSON").read_text())["format_version"] == 1

@@ -39,7 +39,7 @@ def pick(fmt: str | None, out: str | None) -> Renderer:
         return RENDERERS[fmt]
     if out and out != "-":
         for r in RENDERERS.values():
-            if out.endswith(r.suffix):
+            if out.lower().endswith(r.suffix):
                 return r
     return RENDERERS["terminal"]
 

@@ -64,6 +64,14 @@ def in_window(s: int, e: int, lo: int, hi: int) -> bool:
     return (s < hi and e > lo) or (s == e and lo <= s <= hi)
 
 
+def _in_step(
+    launch_at: dict[int, int], op: dict[str, Any], steps: dict[int, tuple[int, int]]
+) -> bool:
+    """Whether the op was launched inside a step's marker range."""
+    launched = launch_at.get(op["corr"]) if op["corr"] is not None else None
+    return launched is not None and any(lo <= launched < hi for lo, hi in steps.values())
+
+
 def device_numbers(doc: dict[str, Any], rank: int = 0) -> dict[tuple[int, int], dict[str, Any]]:
     """Per (rank, device): window, busy_ns, idle_share, kernel_count, steps — by plain loops."""
     gpu: list[dict[str, Any]] = []
@@ -114,12 +122,21 @@ def device_numbers(doc: dict[str, Any], rank: int = 0) -> dict[tuple[int, int], 
                     first[n] = min(first.get(n, op["s"]), op["s"])
                     last[n] = max(last.get(n, op["e"]), op["e"])
         if steps and first:
-            w_lo, w_hi = min(first.values()), max(last.values())
             order = sorted(first, key=lambda n: first[n])
+            # the first step opens at its marker, or once the work queued before it (not
+            # launched in a step) is done, and never after its own first GPU operation
+            d_first = first[order[0]]
+            queued = [
+                op["e"] for op in ops if op["s"] < d_first and not _in_step(launch_at, op, steps)
+            ]
+            pre_end = max(queued) if queued else None
+            m_lo = steps[order[0]][0]
+            opening = min(d_first, max(m_lo, pre_end) if pre_end is not None else m_lo)
+            w_lo, w_hi = opening, max(last.values())
             spans = []
             done = None
             for n in order:
-                lo = first[n] if done is None else done
+                lo = opening if done is None else done
                 done = last[n] if done is None else max(done, last[n])
                 spans.append((n, lo, done))
         else:
@@ -217,7 +234,9 @@ def idle_causes(
         busy = merge([(max(s, lo), min(e, hi)) for s, e, _c in dev_ops if min(e, hi) > max(s, lo)])
         causes = {"host_wait": 0, "sync": 0, "launch_overhead": 0, "other": 0}
         sync_union = merge(syncs)
-        for (_s0, g0), (g1, _e1) in pairwise(busy):
+        # the window's opening before its first GPU work is a gap too
+        edges = [(lo, lo), *busy] if busy and busy[0][0] > lo else busy
+        for (_s0, g0), (g1, _e1) in pairwise(edges):
             launches = [launch_at.get(c) for s, _e, c in dev_ops if s == g1 and c is not None]
             known = [t for t in launches if t is not None]
             launched = min(known) if known else None

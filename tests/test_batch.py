@@ -74,7 +74,8 @@ def test_batch_rows_errors_and_cache(tmp_path: Path) -> None:
     assert rows["runs/bad.json"]["error"] and "not valid JSON" in rows["runs/bad.json"]["error"]
     good = rows["runs/a.json"]
     assert good["error"] is None and good["steps"] == 2 and good["kernel_count"] == 2
-    assert good["window_ns"] == 150_000 and good["busy_share"] == pytest.approx(70 / 150)
+    # the window opens at the first step marker (100 µs) and ends with the last kernel (300)
+    assert good["window_ns"] == 200_000 and good["busy_share"] == pytest.approx(70 / 200)
     assert rows["runs/job"]["ranks"] == 2
     assert Path(good["report"]).is_file()
     # a rerun with nothing changed comes from the cache; a changed run is analysed again

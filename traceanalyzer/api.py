@@ -68,9 +68,13 @@ def report(
 
 
 def context(metrics: Metrics, timeline: Timeline) -> Context:
-    """What the rules read: metrics, meta, and the mean saving per step of each what-if."""
+    """What the rules read: metrics, meta, the mean saving per step of each what-if, the mean
+    steady step of each rank (without step markers, each rank's window: one step), and the
+    run context."""
     saved = metrics.what_if.group_by("rank", "scenario").agg(pl.col("saved_ns").mean())
     steps = metrics.critical_steps.group_by("rank").agg(pl.col("step_ns").mean())
+    if metrics.basis == "trace":  # no step markers: the whole window is one step
+        steps = metrics.devices.group_by("rank").agg(step_ns=pl.col("window_ns").max())
     return Context(
         metrics=metrics,
         meta=timeline.meta,

@@ -249,22 +249,31 @@ BOUND_WORDS: dict[str, str] = {
 }
 #: A critical-path kind bounds the job when it holds at least this share of the path.
 BOUND_SHARE = 0.5
+#: A finding names what bounds the job when it is critical or saves at least this share.
+BOUND_FINDING_SHARE = 0.10
+#: Without such a finding, a GPU busy at least this share of the window is GPU-bound.
+BUSY_GPU_BOUND = 0.85
 
 
 def verdict(
     devices: list[DeviceDict], paths: list[dict[str, Any]], findings: list[Finding]
 ) -> VerdictDict:
     """One line on what bounds the job over the steady steps: the worst finding's category
-    (warning or above, the first in the report's order), else the critical path's largest
-    kind when it holds half the path, else `mixed`; with the mean steady step (the slowest
-    rank's), the GPU busy share of the window and the top finding's saving."""
+    (the first at warning or above in the report's order) where it is critical or saves at
+    least BOUND_FINDING_SHARE of a step; else the critical path's largest kind where it holds
+    half the path, else `mixed`, where a GPU busy BUSY_GPU_BOUND of the window is
+    `gpu_compute`; with the mean steady step (the slowest rank's), the GPU busy share of the
+    window and the top finding's saving."""
     steps = [p["step_ns"] / p["steps"] for p in paths if p["steps"]]
     step = round(max(steps)) if steps else None
     window = sum(d["window_ns"] for d in devices)
     busy = sum(d["busy_ns"] for d in devices) / window if window else None
     serious = [f for f in findings if f.severity.rank >= 1 and f.category in BOUND_BY_CATEGORY]
     top = serious[0] if serious else None
-    if top is not None:
+    share = top.evidence.get("impact_share_of_step") if top is not None else None
+    if top is not None and (
+        top.severity.rank == 2 or (share is not None and share >= BOUND_FINDING_SHARE)
+    ):
         bound = BOUND_BY_CATEGORY[top.category]
     else:
         totals: dict[str, int] = {}
@@ -274,6 +283,8 @@ def verdict(
         path = sum(totals.values())
         kind, ns = max(sorted(totals.items()), key=lambda kv: kv[1], default=("", 0))
         bound = BOUND_BY_PATH.get(kind, "mixed") if path and ns / path >= BOUND_SHARE else "mixed"
+        if busy is not None and busy >= BUSY_GPU_BOUND and bound in ("host", "idle", "mixed"):
+            bound = "gpu_compute"  # a GPU this busy is not waiting for anything
     facts = []
     if step is not None:
         facts.append(f"{step / 1e6:.1f} ms steps")

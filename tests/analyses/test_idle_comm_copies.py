@@ -26,7 +26,8 @@ def _py(ts: float, dur: float, name: str) -> dict[str, Any]:
     }
 
 
-# µs; host step [100, 1000); six 10 µs kernels; one gap per cause
+# µs; host step [100, 1000); six 10 µs kernels; one gap per cause, and the window's opening
+# [100, 200) before the first kernel (launched at 110, after it began: host_wait)
 CAUSES_TRACE = [
     step(1, 100, 900),
     launch(110, 2, corr=1),
@@ -50,15 +51,16 @@ CAUSES_TRACE = [
 def test_each_gap_gets_its_cause(tmp_path: Path) -> None:
     m = analyze(read(write_trace(tmp_path / "t.json", CAUSES_TRACE)))
     d = m.devices.row(0, named=True)
-    assert (d["window_ns"], d["busy_ns"], d["idle_ns"]) == (570_000, 60_000, 510_000)
+    assert (d["window_ns"], d["busy_ns"], d["idle_ns"]) == (670_000, 60_000, 610_000)
     assert {c: d[f"{c}_ns"] for c in ("other", "launch_overhead", "sync", "host_wait")} == {
         "other": 10_000,
         "launch_overhead": 76_000,
         "sync": 144_000,
-        "host_wait": 280_000,
+        "host_wait": 380_000,
     }
     gaps = m.gaps.select("start_ns", "gap_ns", pl.col("cause").cast(pl.String), "before", "after")
-    assert gaps.row(3) == (420_000, 280_000, "host_wait", "D", "E")
+    assert gaps.row(0) == (100_000, 100_000, "host_wait", None, "A")
+    assert gaps.row(4) == (420_000, 280_000, "host_wait", "D", "E")
     assert m.gaps.filter(pl.col("cause") == "sync")["sync_name"].to_list() == [
         "cudaStreamSynchronize"
     ]
@@ -69,7 +71,7 @@ def test_each_gap_gets_its_cause(tmp_path: Path) -> None:
 def test_threshold_is_inclusive(tmp_path: Path) -> None:
     m = analyze(read(write_trace(tmp_path / "t.json", CAUSES_TRACE)), launch_gap_max_ns=49_999)
     d = m.devices.row(0, named=True)
-    assert (d["launch_overhead_ns"], d["host_wait_ns"]) == (26_000, 330_000)
+    assert (d["launch_overhead_ns"], d["host_wait_ns"]) == (26_000, 430_000)
 
 
 def test_sync_call_sites(tmp_path: Path) -> None:

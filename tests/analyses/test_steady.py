@@ -67,7 +67,7 @@ def test_warm_up_step_left_out_of_the_window(tmp_path: Path) -> None:
         "ProfilerStep#4": False,
     }
     # the window starts with the first steady step's work
-    assert doc["window"]["start_ns"] == 1_105_000
+    assert doc["window"]["start_ns"] == 1_100_000  # the first steady step's marker
     assert any("left out of the window" in n for n in doc["data_quality"]["notes"])
     # --all-steps keeps it
     every = api.report(path, all_steps=True).to_json_dict()
@@ -123,3 +123,11 @@ def test_nsight_capture_from_process_start_drops_its_cold_first_step() -> None:
     step_ns = doc["critical_path"][0]["step_ns"]
     assert top["rule"] == "TA001" and top["impact_ns"] <= step_ns
     json.dumps(doc)  # the report stays JSON
+
+
+def test_empty_edge_steps_and_steady_one_time_calls() -> None:
+    # a last ProfilerStep with no GPU work (closed by the profiler's stop) is left out
+    out = _flag([9_300, 50], [None, None], [False, True])
+    assert out == {1: "empty: no GPU work launched in it"}
+    # every step empty: nothing to compare, nothing left out
+    assert _flag([50, 50], [None, None], [True, True]) == {}

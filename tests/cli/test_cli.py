@@ -39,7 +39,7 @@ def test_report_json_follows_the_contract(tmp_path: Path) -> None:
     doc = json.loads(out)
     assert doc["format_version"] == 1
     assert doc["window"] == {
-        "start_ns": 150_000,
+        "start_ns": 100_000,
         "end_ns": 300_000,
         "basis": "steps",
         "excluded_steps": [],
@@ -51,13 +51,13 @@ def test_report_json_follows_the_contract(tmp_path: Path) -> None:
     } == {
         "rank": 0,
         "device": 0,
-        "window_ns": 150_000,
+        "window_ns": 200_000,
         "busy_ns": 70_000,
-        "idle_ns": 80_000,
+        "idle_ns": 130_000,
         "kernel_count": 2,
         "kernel_ns": 70_000,
     }
-    assert dev["idle_share"] == pytest.approx(80 / 150)
+    assert dev["idle_share"] == pytest.approx(130 / 200)
     assert [s["name"] for s in doc["steps"]] == ["ProfilerStep#1", "ProfilerStep#2"]
     assert doc["kernels"]["count"] == 2
     assert sum(b["count"] for b in doc["kernels"]["duration_histogram"]) == 2
@@ -73,7 +73,8 @@ def test_report_json_follows_the_contract(tmp_path: Path) -> None:
 def test_terminal_report_names_the_numbers(tmp_path: Path) -> None:
     code, out, _ = _run("report", str(write_trace(tmp_path / "t.json", EVENTS)))
     assert code == 0
-    assert "150.0 µs" in out and "53.3 %" in out and "ProfilerStep#2" in out
+    # the window opens at step 1's marker (100 µs) and closes with the last kernel (300 µs)
+    assert "200.0 µs" in out and "65.0 %" in out and "ProfilerStep#2" in out
     assert "<script>alert(1)</script>" in out  # shown as inert text, never interpreted
 
 

@@ -99,6 +99,16 @@ def idle_gaps(
         .filter(pl.col("gap_end").is_not_null() & (pl.col("gap_end") > pl.col("gap_start")))
         .select(*DEVICE_KEY, start_ns="gap_start", end_ns="gap_end")
     )
+    # the window's opening, before its first GPU work (the first step starts at its marker:
+    # a host that launches late leaves the GPU idle from there)
+    opening = (
+        merged.group_by(DEVICE_KEY)
+        .agg(end_ns=pl.col("start_ns").min())
+        .join(wins, on=DEVICE_KEY)
+        .filter(pl.col("end_ns") > pl.col("w_start"))
+        .select(*DEVICE_KEY, start_ns="w_start", end_ns="end_ns")
+    )
+    gaps = pl.concat([opening, gaps], how="vertical")
     # the work that ends the gap: earliest launch among the ops starting exactly there
     # only the work at gap edges matters: semi-join to the edges before naming anything.
     # Edges are matched on one integer (device and time packed, see `_edge_key`) where the

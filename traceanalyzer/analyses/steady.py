@@ -17,7 +17,9 @@ defines it; the longest over the rank's devices). Per rank, in order of start:
 - a **trailing** step is an *outlier* by the same factor (a checkpoint or evaluation at the
   end of the capture);
 - at least `MIN_STEADY` steps always stay, and nothing is excluded from a rank with fewer
-  than `MIN_STEADY + 1` steps.
+  than `MIN_STEADY + 1` steps;
+- a leading or trailing step that launched no GPU work at all is *empty* (a last
+  `ProfilerStep` closed by the profiler's stop) and is left out while another step has work.
 
 Steps are matched across ranks by number: a step excluded on one rank is excluded on every
 rank (NCCL init on one rank makes the others wait in the same step). Interior outliers stay in
@@ -95,7 +97,7 @@ def find(timeline: Timeline, markers: pl.DataFrame, ops: pl.DataFrame) -> Steady
         }
     )
     tiles = _tiles(ops)
-    if markers.height < MIN_STEADY + 1 or tiles.height == 0:
+    if markers.height < 2 or tiles.height == 0:
         return SteadyState(markers, empty, _warmup_rows(ops, tiles.clear(), markers))
     per_step = (
         tiles.group_by("rank", "step")
@@ -115,7 +117,12 @@ def find(timeline: Timeline, markers: pl.DataFrame, ops: pl.DataFrame) -> Steady
     rows: list[dict[str, object]] = []
     by_rank = per_step.partition_by("rank", as_dict=True, maintain_order=True)
     for (rank,), frame in by_rank.items():  # per rank: a few summary rows, not events
-        for i, reason in _flag(frame["step_ns"].to_list(), frame["one_time"].to_list()).items():
+        found = _flag(
+            frame["step_ns"].to_list(),
+            frame["one_time"].to_list(),
+            frame["dev_ns"].is_null().to_list(),
+        )
+        for i, reason in found.items():
             step = frame["step"][i]
             flagged.setdefault(step, (reason, int(rank), frame["name"][i]))
     if not flagged:
@@ -145,13 +152,23 @@ def find(timeline: Timeline, markers: pl.DataFrame, ops: pl.DataFrame) -> Steady
     )
 
 
-def _flag(durations: list[int], one_time: list[str | None]) -> dict[int, str]:
-    """Indexes of the leading and trailing steps to leave out, with the reason."""
+def _flag(
+    durations: list[int], one_time: list[str | None], empty: list[bool] | None = None
+) -> dict[int, str]:
+    """Indexes of the leading and trailing steps to leave out, with the reason. `empty`: the
+    steps that launched no GPU work (left out at either end while another step has some)."""
     n = len(durations)
-    if n < MIN_STEADY + 1:
-        return {}
     out: dict[int, str] = {}
     lo, hi = 0, n - 1
+    if empty and not all(empty):
+        while empty[lo]:
+            out[lo] = "empty: no GPU work launched in it"
+            lo += 1
+        while empty[hi]:
+            out[hi] = "empty: no GPU work launched in it"
+            hi -= 1
+    if hi - lo + 1 < MIN_STEADY + 1:
+        return out
 
     def ratio(i: int) -> float:
         """Step i against the median of the other steps still kept."""
@@ -199,7 +216,8 @@ def _tiles(ops: pl.DataFrame) -> pl.DataFrame:
 
 def _one_time(timeline: Timeline, markers: pl.DataFrame) -> pl.LazyFrame:
     """rank, step, one_time: the one-time host calls inside each step, as text
-    (`cudaMalloc x12, cuModuleLoadData x3`); steps without any are absent."""
+    (`cudaMalloc x12, cuModuleLoadData x3`): calls of ONE_TIME_WORK that at most half of the
+    rank's other steps make; steps without any are absent."""
     host = timeline.events.lazy().filter(pl.col("kind").is_in(_HOST))
     names = (
         host.select(pl.col("name").unique().cast(pl.String))
@@ -227,6 +245,10 @@ def _one_time(timeline: Timeline, markers: pl.DataFrame) -> pl.LazyFrame:
         .filter(pl.col("start_ns") < pl.col("s_end"))
         .group_by("rank", "step", "name")
         .agg(n=pl.len())
+        # one-time: a call that at most half of the rank's other steps make (cudaMalloc in a
+        # leak, or an event created every step, is the job's steady behaviour, not warm-up)
+        .join(markers.lazy().group_by("rank").agg(steps=pl.len()), on="rank")
+        .filter(pl.len().over("rank", "name") - 1 <= (pl.col("steps") - 1) / 2)
         .sort(["rank", "step", "n", "name"], descending=[False, False, True, False])
     )
     return (

@@ -4,8 +4,9 @@ The contract's default window runs from the first to the last step marker (torch
 `ProfilerStep#N`), projected onto each device's GPU work. Projection: a GPU operation belongs
 to the step during which the host *launched* it (the runtime call with the same correlation
 id started inside the step's host range). On each device, step N then ends when the last GPU
-operation launched in it ends, and starts where step N-1 ended (the first step starts with
-its first GPU operation). Steps therefore tile the window, and the idle time while the GPU
+operation launched in it ends, and starts where step N-1 ended (the first step starts at its
+marker's start, or once the GPU work queued before it is done, and never after its first GPU
+operation). Steps therefore tile the window, and the idle time while the GPU
 waits for a step's launches (a slow input pipeline, a sleep, a sync) is charged to the step
 that waited: step time is the time between two step completions on the GPU.
 
@@ -198,20 +199,45 @@ def _with_step(links: pl.LazyFrame, markers: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def device_steps(work: pl.LazyFrame, markers: pl.LazyFrame) -> pl.LazyFrame:
-    """Each step on each device: rank, device, step, name, start_ns, end_ns (tiling the window)."""
+    """Each step on each device: rank, device, step, name, start_ns, end_ns (tiling the window).
+
+    A device's first step starts at its marker's start (the host's time before its first
+    launch, a slow input pipeline say, is the step's), or later, once the GPU work queued
+    before it (not launched in a step) is done, and never after its own first GPU operation.
+    """
     per_step = (
         work.filter(pl.col("step").is_not_null())
         .group_by("rank", "device", "step")
         .agg(first_ns=pl.col("start_ns").min(), last_ns=pl.col("end_ns").max())
         .sort("rank", "device", "first_ns")
     )
+    first = per_step.group_by(DEVICE_KEY).agg(d_first=pl.col("first_ns").min())
+    queued = (
+        work.filter(pl.col("step").is_null())
+        .join(first, on=DEVICE_KEY)
+        .filter(pl.col("start_ns") < pl.col("d_first"))
+        .group_by(DEVICE_KEY)
+        .agg(pre_end=pl.col("end_ns").max())
+    )
     done = pl.col("last_ns").cum_max().over(DEVICE_KEY)  # monotonic completions
+    opening = pl.min_horizontal(
+        "first_ns", pl.max_horizontal("m_start", pl.col("pre_end").fill_null(pl.col("m_start")))
+    )
     return (
         per_step.with_columns(end_ns=done)
-        .with_columns(
-            start_ns=pl.coalesce(pl.col("end_ns").shift(1).over(DEVICE_KEY), pl.col("first_ns"))
+        .join(
+            markers.select("rank", "step", "name", m_start="start_ns"),
+            on=["rank", "step"],
+            how="left",
         )
-        .join(markers.select("rank", "step", "name"), on=["rank", "step"], how="left")
+        .join(queued, on=DEVICE_KEY, how="left")
+        .sort("rank", "device", "first_ns")  # joins do not keep the order the shift needs
+        .with_columns(
+            start_ns=pl.coalesce(
+                pl.col("end_ns").shift(1).over(DEVICE_KEY),
+                pl.coalesce(opening, pl.col("first_ns")),
+            )
+        )
         .select("rank", "device", "step", "name", "start_ns", "end_ns", "first_ns")
         .sort("rank", "device", "start_ns")
     )

@@ -106,8 +106,9 @@ def _typed(code: str, kind_: Any, settings: Settings) -> Any:
 
 def run_rules(ctx: Context, settings: Settings) -> list[Finding]:
     """Every enabled rule's findings, worst first: by severity (which follows the impact's
-    share of a step for rules priced in time), then impact (unknown impact after known),
-    code and scope. Findings whose impact is under the policy's floor are left out."""
+    share of a step for rules priced in time, and for risks such as memory growth how soon
+    the job fails), risks before costs, then impact (unknown impact after known), code and
+    scope. Findings whose impact is under the policy's floor are left out."""
     unknown_codes = set(settings.thresholds) - set(BY_CODE) - {IMPACT_KEY}
     if unknown_codes:
         raise ConfigError(
@@ -126,6 +127,7 @@ def run_rules(ctx: Context, settings: Settings) -> list[Finding]:
         findings,
         key=lambda f: (
             -f.severity.rank,
+            not BY_CODE[f.rule].risk,
             f.impact_ns is None,
             -(f.impact_ns or 0),
             f.rule,

@@ -179,7 +179,10 @@ class Context:
         return ns / step if step else None
 
     def steps_on(self, rank: int, device: int) -> int:
-        """How many steps the window of (rank, device) holds (0 without step markers)."""
+        """How many steps the window of (rank, device) holds (without step markers, the
+        window counts as one step)."""
+        if self.metrics.basis == "trace":
+            return 1
         s = self.metrics.steps
         return s.filter((pl.col("rank") == rank) & (pl.col("device") == device)).height
 
@@ -236,6 +239,9 @@ class Rule:
     #: Reported even when its impact is under the policy's floor (at the severity its impact
     #: gives): for a habit that costs little now but blocks the fixes of others.
     below_floor: ClassVar[bool] = False
+    #: Its findings are a risk to the job (it will crash), not a cost per step: they come
+    #: before the time-priced findings of the same severity.
+    risk: ClassVar[bool] = False
 
     #: Tiny example traces: events (Chrome-trace dicts) the rule fires on / stays quiet on.
     example_bad: ClassVar[list[dict[str, Any]]] = []

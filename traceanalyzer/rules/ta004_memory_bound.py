@@ -110,7 +110,7 @@ class MemoryBound(Rule):
                 "threshold_share": t.min_memory_bound_share,
             },
             None,
-            ctx.saving(None, "memory_bound_2x"),
+            _impact(ctx, bound),
             advise.fusion(ctx),
         )
 
@@ -119,3 +119,12 @@ def _top_operators(bandwidth: pl.DataFrame, n: int) -> list[dict[str, Any]]:
     """The memory-bound operators with the most kernel time (the analysis sorts them)."""
     cols = ["rank", "device", "op_name", "ops", "kernel_ns", "gbps", "share_of_peak"]
     return bandwidth.head(n).select(cols).to_dicts()
+
+
+def _impact(ctx: Context, bound_ns: int) -> int | None:
+    """The critical path's `memory_bound_2x` what-if; without a critical path (no step
+    markers), half the memory-bound kernel time per step (the window counts as one)."""
+    saving = ctx.saving(None, "memory_bound_2x")
+    if saving is not None or ctx.metrics.basis == "steps":
+        return saving
+    return bound_ns // 2

@@ -125,7 +125,9 @@ class NoTensorCores(Rule):
                     "threshold_share": t.min_non_tc_share,
                 },
                 Scope(rank, device),
-                round(saving * off / gemm) if saving is not None else None,
+                round(saving * off / gemm)
+                if saving is not None
+                else ctx.per_step(off // 2, rank, device),  # no critical path: half of it
                 _advice(fp32, half, odd),
             )
 

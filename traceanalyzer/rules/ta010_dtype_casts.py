@@ -87,7 +87,7 @@ class DtypeCasts(Rule):
             return
         top = m.top_kernels.filter(class_of(pl.col("name")) == "copy_cast").head(3)
         names = top.select("name", "count", "total_ns").to_dicts()
-        impact = None
+        impact = casts["total_ns"] if m.basis == "trace" else None  # the window is one step
         if m.critical_steps.height:
             by_rank = m.critical_steps.group_by("rank").agg(pl.col("gpu_copy_cast_ns").mean())
             impact = round(float(by_rank["gpu_copy_cast_ns"].max() or 0))  # type: ignore[arg-type]

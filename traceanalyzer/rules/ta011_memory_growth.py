@@ -63,6 +63,7 @@ class MemoryGrowth(Rule):
     title = "GPU memory grows step over step"
     category = "memory_growth"
     default_severity = Severity.WARNING
+    risk = True  # the job runs out of memory: before costs of the same severity
     advice = (
         "Find what outlives the step: stored losses or outputs without .detach()/.item(), "
         "growing caches, hooks keeping activations; a memory snapshot shows the allocator."

@@ -116,8 +116,8 @@ class TraceQuality(Rule):
         if ctx.metrics.basis == "trace":
             yield self.finding(
                 ctx,
-                "no step markers: the whole trace is the window, and no impact per step can "
-                "be estimated",
+                "no step markers: the whole trace is the window, and every impact is per "
+                "window (one step)",
                 {"steps": 0, "threshold_steps": t.min_steps},
                 severity=Severity.INFO,
                 advice="Call prof.step() every iteration (ProfilerStep#N), or wrap steps in "

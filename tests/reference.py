@@ -207,6 +207,16 @@ def idle_causes(
     launch_at: dict[int, int] = {}
     syncs: list[tuple[int, int]] = []
     ops: dict[int, list[tuple[int, int, int | None]]] = defaultdict(list)
+    # copies to or from pageable host memory: their async copy call blocks like a sync
+    pageable = {
+        (ev.get("args") or {}).get("correlation")
+        for ev in doc["traceEvents"]
+        if isinstance(ev, dict)
+        and str(ev.get("cat", "")).lower() in ("gpu_memcpy", "memcpy")
+        and re.search(
+            r"DtoH \(Device -> Pageable\)|HtoD \(Pageable -> Device\)", str(ev.get("name"))
+        )
+    }
     for ev in doc["traceEvents"]:
         if not isinstance(ev, dict) or ev.get("ph") != "X" or "ts" not in ev or "dur" not in ev:
             continue
@@ -223,7 +233,9 @@ def idle_causes(
             if args.get("correlation") is not None:
                 c = args["correlation"]
                 launch_at[c] = min(launch_at.get(c, start), start)
-            if SYNC_NAMES.match(str(ev.get("name", ""))):
+            if SYNC_NAMES.match(str(ev.get("name", ""))) or (
+                ASYNC_COPY.match(str(ev.get("name", ""))) and args.get("correlation") in pageable
+            ):
                 syncs.append((start, end))
         elif cat == "cuda_sync":
             syncs.append((start, end))
@@ -250,6 +262,9 @@ def idle_causes(
         out[(rank, dev)] = causes
     return out
 
+
+#: Asynchronous copy calls (blocking when the host memory is pageable).
+ASYNC_COPY = re.compile(r"^(?:cuda|hip)MemcpyAsync$")
 
 #: Communication kernels: NCCL/RCCL/MSCCL/NVSHMEM and custom all-reduce kernels.
 COMM = re.compile(

@@ -1,7 +1,9 @@
 """Run context: what the run already uses (torch.compile, CUDA graphs, DDP, AMP, ...), read
 off the names the trace holds, so that advice never recommends what the run already does.
 
-Each entry is `True`/`False`/a value, or `None` where the trace cannot tell: a Chrome trace
+`torch_compile` is `"partial"` where compiled regions run but Inductor's kernels are under
+COMPILED_SHARE of the kernels. Each entry is `True`/`False`/a value, or `None` where the trace
+cannot tell: a Chrome trace
 without CPU operators (or an Nsight export, which records no framework operators) cannot say
 that the model is *not* compiled, only that it is when its kernels say so.
 
@@ -95,7 +97,9 @@ def run_context(timeline: Timeline, metrics: Metrics) -> dict[str, Any]:
         """True when a host name matches; False when operators were recorded and none does."""
         return True if _any(pattern, host) else (False if ops else None)
 
-    compiled = _any(COMPILE_HOST, host) or _any(COMPILE_KERNEL, kernels)
+    compiled: bool | str = _any(COMPILE_HOST, host) or _any(COMPILE_KERNEL, kernels)
+    if compiled and _compiled_share(timeline) < COMPILED_SHARE:
+        compiled = "partial"  # a compiled region or two; most of the model runs eagerly
     graphs = _any(GRAPH_LAUNCH, host)
     fused = _any(FUSED_OPT, host) or _any(FUSED_OPT, kernels)
     optimizer = _any(OPTIMIZER, host)
@@ -105,7 +109,7 @@ def run_context(timeline: Timeline, metrics: Metrics) -> dict[str, Any]:
     elif _any(LOADER_SINGLE, host):
         loader = 0
     return {
-        "torch_compile": True if compiled else (False if ops else None),
+        "torch_compile": compiled if compiled else (False if ops else None),
         "cuda_graphs": True if graphs else (False if has["runtime"] else None),
         "ddp": seen(DDP),
         "fsdp": seen(FSDP),
@@ -120,6 +124,28 @@ def run_context(timeline: Timeline, metrics: Metrics) -> dict[str, Any]:
             "shapes": bool(has["shapes"]),
         },
     }
+
+
+#: torch_compile is `true` when Inductor's kernels are at least this share of the kernels
+#: launched, else `"partial"`.
+COMPILED_SHARE = 0.05
+
+
+def _compiled_share(timeline: Timeline) -> float:
+    """The share of kernel launches that are Inductor-generated (1.0 without kernels)."""
+    counts = (
+        timeline.events.lazy()
+        .filter(pl.col("kind") == Kind.KERNEL.value)
+        .group_by("name")
+        .len()
+        .with_columns(pl.col("name").cast(pl.String))
+        .collect()
+    )
+    total = int(counts["len"].sum() or 0)
+    if not total:
+        return 1.0
+    mine = counts.filter(pl.col("name").str.contains(COMPILE_KERNEL.pattern))
+    return int(mine["len"].sum() or 0) / total
 
 
 def _amp_dtype(metrics: Metrics) -> str | bool | None:

@@ -48,21 +48,35 @@ SYNC_CALL_PATTERN = (
     r"|^cu(?:CtxSynchronize|StreamSynchronize|EventSynchronize|MemcpyDtoH|MemcpyHtoD)(?:_v\d+)?$"
 )
 
+#: Asynchronous copy calls: they block like a sync when the host side is pageable memory.
+ASYNC_COPY_PATTERN = r"^(?:(?:cuda|hip)MemcpyAsync|cuMemcpy(?:DtoH|HtoD)Async)(?:_v\d+)?$"
+
 _HOST_CALLS = [Kind.RUNTIME.value, Kind.DRIVER.value]
 
 
 def sync_calls(timeline: Timeline) -> pl.LazyFrame:
     """Host calls that block on the GPU: rank, pid, tid, name, start_ns, end_ns.
 
-    CUPTI synchronisation records (kind `sync`) count too; they carry no host thread.
+    CUPTI synchronisation records (kind `sync`) count too; they carry no host thread. So do
+    asynchronous copy calls whose copy is to or from pageable host memory (`.cpu()`,
+    `.to("cpu")` into an unpinned tensor): the host waits for the stream, then for the copy.
     """
     name = pl.col("name").cast(pl.String)
     events = timeline.events.lazy()
-    calls = events.filter(pl.col("kind").is_in(_HOST_CALLS)).filter(
-        name.str.contains(SYNC_CALL_PATTERN)
-    )
+    host = events.filter(pl.col("kind").is_in(_HOST_CALLS))
+    calls = host.filter(name.str.contains(SYNC_CALL_PATTERN))
+    pageable = events.filter(
+        (pl.col("kind") == Kind.MEMCPY.value)
+        & (
+            ((pl.col("copy_kind") == "DtoH") & (pl.col("dst_memory") == "pageable"))
+            | ((pl.col("copy_kind") == "HtoD") & (pl.col("src_memory") == "pageable"))
+        )
+    ).select("rank", "correlation")
+    blocking = host.filter(
+        pl.col("correlation").is_not_null() & name.str.contains(ASYNC_COPY_PATTERN)
+    ).join(pageable, on=["rank", "correlation"], how="semi")
     records = events.filter(pl.col("kind") == Kind.SYNC.value)
-    return pl.concat([calls, records]).select(
+    return pl.concat([calls, blocking, records]).select(
         "rank", "pid", "tid", name=name, start_ns="start_ns", end_ns="end_ns"
     )
 

@@ -27,6 +27,12 @@ def host_overhead(ctx: Context) -> str:
             "host tensor work out of the loop."
         )
     graphs = "HIP graphs" if ctx.amd else "CUDA graphs"
+    if ctx.run.get("torch_compile") == "partial":
+        return (
+            "Only a small part of the model is compiled: compile the whole model "
+            f'(torch.compile(model), mode="reduce-overhead" adds {graphs}), cut host round '
+            "trips and host tensor work in the loop."
+        )
     return (
         f'Cut Python and CPU-side work between launches: torch.compile (mode="reduce-overhead" '
         f"adds {graphs}), fewer host round trips, no host tensor work in the loop."

@@ -150,8 +150,9 @@ class Context:
     policy: ImpactPolicy = field(default_factory=ImpactPolicy)
 
     def uses(self, key: str) -> bool:
-        """True when the run context says the run uses `key` (torch_compile, cuda_graphs...)."""
-        return bool(self.run.get(key))
+        """True when the run context says the run uses `key` (torch_compile, cuda_graphs...);
+        a partial use (`"partial"`) is not a use."""
+        return self.run.get(key) is True
 
     @property
     def amd(self) -> bool:

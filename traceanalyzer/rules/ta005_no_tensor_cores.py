@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -128,7 +129,7 @@ class NoTensorCores(Rule):
                 round(saving * off / gemm)
                 if saving is not None
                 else ctx.per_step(off // 2, rank, device),  # no critical path: half of it
-                _advice(fp32, half, odd),
+                _advice(fp32, half, odd, _arch(ctx, rank, device)),
             )
 
 
@@ -155,11 +156,17 @@ def _short(name: str, width: int = 48) -> str:
     return name if len(name) <= width else name[: width - 1] + "…"
 
 
-def _advice(fp32: bool, half: bool, odd: bool) -> str | None:
+def _advice(fp32: bool, half: bool, odd: bool, arch: str | None = None) -> str | None:
     if half and odd and not fp32:
         return (
             "The GEMMs are 16-bit but miss the Tensor Cores: pad their dimensions to "
             "multiples of 8 (see TA006)."
+        )
+    if fp32 and arch == "volta_turing":
+        return (
+            "The GEMMs run in FP32 on SIMT units, and this GPU (Volta/Turing) has no bf16 or "
+            'TF32: use fp16 autocast (torch.autocast("cuda", dtype=torch.float16)) with a '
+            "torch.amp.GradScaler."
         )
     if fp32:
         return (
@@ -167,4 +174,20 @@ def _advice(fp32: bool, half: bool, odd: bool) -> str | None:
             '(torch.set_float32_matmul_precision("high"), torch.backends.cudnn.allow_tf32 = '
             "True)."
         )
+    return None
+
+
+#: GPUs with Tensor Cores but neither bf16 nor TF32 (compute capability 7.x).
+_VOLTA_TURING = re.compile(r"V100|T4\b|Titan V|RTX 20\d0|Quadro RTX|TITAN RTX|GTX 16", re.I)
+
+
+def _arch(ctx: Context, rank: int, device: int) -> str | None:
+    """`volta_turing` for a compute capability 7.x GPU (by capability, else name)."""
+    for d in ctx.meta.devices:
+        if (d.rank, d.device) != (rank, device):
+            continue
+        if d.compute_capability:
+            return "volta_turing" if d.compute_capability.startswith("7") else None
+        if d.name and _VOLTA_TURING.search(d.name):
+            return "volta_turing"
     return None

@@ -132,16 +132,29 @@ class CommNotOverlapped(Rule):
                     "rank_wait_ns": wait,
                     "threshold_share": t.min_exposed_comm_share,
                     "threshold_overlap_share": t.max_overlap_share,
+                    "critical_path_saving_ns": ctx.saving(rank, "exposed_comm_hidden"),
                 },
                 Scope(rank, device),
                 # waiting for a slower rank (TA008) is not hidden by overlap: left out
                 ctx.per_step(max(0, exposed - (wait or 0)), rank, device),
-                _advice(ctx),
+                _advice(ctx, top[0]["collective"] if top else ""),
             )
 
 
-def _advice(ctx: Context) -> str:
+def _advice(ctx: Context, collective: str) -> str:
     lib = "RCCL" if ctx.amd else "NCCL"
+    kind = collective.lower()
+    if "send" in kind or "recv" in kind:
+        return (
+            "Most exposed communication is point-to-point (pipeline-parallel activations): "
+            "use more micro-batches or an interleaved 1F1B schedule, and post sends/receives "
+            "early on their own stream (batch_isend_irecv) so they run under compute."
+        )
+    if "all_to_all" in kind or "alltoall" in kind:
+        return (
+            "Most exposed communication is all-to-all (expert parallelism): overlap dispatch and "
+            "combine with expert compute (split batches into chunks), or keep experts local."
+        )
     if ctx.uses("ddp"):
         return (
             f"DDP is in use but its {lib} all-reduce does not overlap the backward pass: check "

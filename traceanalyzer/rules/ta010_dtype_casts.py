@@ -106,4 +106,15 @@ class DtypeCasts(Rule):
             },
             None,
             impact,
+            _advice(ctx),
         )
+
+
+def _advice(ctx: Context) -> str | None:
+    if ctx.uses("cuda_graphs"):
+        return (
+            "Graph replays re-run every cast they captured (autocast's cast cache is off under "
+            "capture): keep bf16 copies of the weights (cast once after each optimizer step, "
+            "or train in bf16 with an FP32 master copy), and fuse the rest with torch.compile."
+        )
+    return None

@@ -30,7 +30,7 @@ COMPILE_HOST = re.compile(
 #: Inductor's generated kernels: triton_poi_fused_*, triton_red_fused_*, triton_per_fused_*.
 COMPILE_KERNEL = re.compile(r"^triton_(?:poi|red|per|tem|for)_")
 GRAPH_LAUNCH = re.compile(r"^(?:cuda|hip|cu)GraphLaunch(?:_v\d+)?$")
-DDP = re.compile(r"DistributedDataParallel")
+DDP = re.compile(r"DistributedDataParallel|nn/parallel/distributed\.py")
 FSDP = re.compile(r"FullyShardedDataParallel|^FSDP::|FSDP\.|fsdp", re.IGNORECASE)
 GRAD_SCALER = re.compile(r"_amp_foreach_non_finite_check_and_unscale|_amp_update_scale")
 FUSED_OPT = re.compile(r"_fused_(?:adamw?|sgd|adagrad)_?|FusedAdam|fused_adam", re.IGNORECASE)
@@ -78,6 +78,7 @@ def run_context(timeline: Timeline, metrics: Metrics) -> dict[str, Any]:
     """The run's context (CONTEXT_KEYS); see the module docs for what each means."""
     ev = timeline.events
     host = _names(timeline, _HOST)
+    frames = _names(timeline, [Kind.PYTHON.value])  # with_stack: module paths tell DDP/FSDP
     kernels = _names(timeline, [Kind.KERNEL.value])
     has = (
         ev.lazy()
@@ -111,8 +112,8 @@ def run_context(timeline: Timeline, metrics: Metrics) -> dict[str, Any]:
     return {
         "torch_compile": compiled if compiled else (False if ops else None),
         "cuda_graphs": True if graphs else (False if has["runtime"] else None),
-        "ddp": seen(DDP),
-        "fsdp": seen(FSDP),
+        "ddp": True if _any(DDP, frames) else seen(DDP),
+        "fsdp": True if _any(FSDP, frames) else seen(FSDP),
         "amp_dtype": _amp_dtype(metrics),
         "grad_scaler": seen(GRAD_SCALER),
         "fused_optimizer": True if fused else (False if optimizer else None),

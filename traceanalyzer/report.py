@@ -226,8 +226,10 @@ BOUND_BY_CATEGORY: dict[str, str] = {
     "dtype_casts": "memory",
     "comm_not_overlapped": "communication",
     "rank_imbalance": "communication",
-    "pageable_memcpy": "host",
 }
+#: Findings that come first in the headline but say nothing of what bounds the job (a copy
+#: is neither host nor compute): the bound then comes from the critical path or busy share.
+HEADLINE_ONLY = {"pageable_memcpy"}
 #: ... and by the critical path's largest kind, where no such finding fires.
 BOUND_BY_PATH: dict[str, str] = {
     "cpu": "host",
@@ -268,11 +270,17 @@ def verdict(
     step = round(max(steps)) if steps else None
     window = sum(d["window_ns"] for d in devices)
     busy = sum(d["busy_ns"] for d in devices) / window if window else None
-    serious = [f for f in findings if f.severity.rank >= 1 and f.category in BOUND_BY_CATEGORY]
+    serious = [
+        f
+        for f in findings
+        if f.severity.rank >= 1 and (f.category in BOUND_BY_CATEGORY or f.category in HEADLINE_ONLY)
+    ]
     top = serious[0] if serious else None
     share = top.evidence.get("impact_share_of_step") if top is not None else None
-    if top is not None and (
-        top.severity.rank == 2 or (share is not None and share >= BOUND_FINDING_SHARE)
+    if (
+        top is not None
+        and top.category in BOUND_BY_CATEGORY
+        and (top.severity.rank == 2 or (share is not None and share >= BOUND_FINDING_SHARE))
     ):
         bound = BOUND_BY_CATEGORY[top.category]
     else:
@@ -298,7 +306,11 @@ def verdict(
         )
     else:
         facts.append("no finding at warning or above")
-    risks = [f for f in findings if f.severity.rank == 2 and f.category not in BOUND_BY_CATEGORY]
+    risks = [
+        f
+        for f in findings
+        if f.severity.rank == 2 and f.category not in {*BOUND_BY_CATEGORY, *HEADLINE_ONLY}
+    ]
     facts += [f"also {f.rule} ({f.title})" for f in risks[:1]]
     return {
         "headline": f"{BOUND_WORDS[bound]}: " + "; ".join(facts),

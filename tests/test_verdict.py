@@ -1,0 +1,60 @@
+"""The verdict line: what bounds the job, from the worst finding or the critical path."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from traceanalyzer.report import verdict
+from traceanalyzer.rules.base import Finding, Scope, Severity
+
+
+def _finding(rule: str, category: str, severity: str, impact: int, share: float) -> Finding:
+    return Finding(
+        rule=rule,
+        slug=rule.lower(),
+        category=category,
+        severity=Severity(severity),
+        title=f"{rule} title",
+        message="m",
+        scope=Scope(rank=0),
+        impact_ns=impact,
+        evidence={"impact_share_of_step": share},
+        advice="a",
+    )
+
+
+def _device(busy: float) -> Any:
+    return {"window_ns": 1000, "busy_ns": round(1000 * busy)}
+
+
+def _path(**by_kind: int) -> dict[str, Any]:
+    kinds = {"gpu_compute": 0, "comm": 0, "copy": 0, "cpu": 0, "sync_wait": 0, "idle": 0}
+    kinds.update(by_kind)
+    return {"steps": 2, "step_ns": sum(kinds.values()), "by_kind": kinds}
+
+
+def test_a_serious_finding_names_the_bound() -> None:
+    v = verdict(
+        [_device(0.3)],
+        [_path(cpu=150, gpu_compute=50)],
+        [_finding("TA003", "launch_overhead", "critical", 60, 0.6)],
+    )
+    assert v["bound_by"] == "launch" and v["top_saving_ns"] == 60 and v["step_ns"] == 100
+    assert v["headline"].startswith("launch-bound: ") and "TA003" in v["headline"]
+
+
+def test_a_small_warning_leaves_the_bound_to_the_path() -> None:
+    small = _finding("TA010", "dtype_casts", "warning", 5, 0.05)
+    v = verdict([_device(0.5)], [_path(cpu=150, gpu_compute=50)], [small])
+    assert v["bound_by"] == "host" and "TA010" in v["headline"]
+
+
+def test_a_busy_gpu_is_never_host_bound_by_the_path_alone() -> None:
+    v = verdict([_device(0.9)], [_path(cpu=150, gpu_compute=50)], [])
+    assert v["bound_by"] == "gpu_compute"
+
+
+def test_pageable_copies_lead_the_headline_but_do_not_name_the_bound() -> None:
+    copies = _finding("TA009", "pageable_memcpy", "critical", 500, 0.5)
+    v = verdict([_device(1.0)], [], [copies])
+    assert v["bound_by"] == "gpu_compute" and "TA009" in v["headline"]

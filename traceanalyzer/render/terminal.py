@@ -58,7 +58,9 @@ def _render_rich(r: Report, out: TextIO) -> None:
     if not r.findings:
         table.add_row("", "", "none: no rule fired", "")
     console.print(table)
-    rest = lines[lines.index("GPU time per device (inside the window)") :]
+    # everything after the diagnoses: the critical path (when there is one), then the tables
+    heads = ("Critical path (what bounds step time)", "GPU time per device (inside the window)")
+    rest = lines[min(lines.index(h) for h in heads if h in lines) - 1 :]
     for line in rest:
         style = "bold" if line and not line.startswith(" ") else None
         console.print(Text(line, style=style or ""))

@@ -118,3 +118,27 @@ def test_summary_csv_is_readable_text(tmp_path: Path) -> None:
     text = write_summary(summary, tmp_path / "o", "csv").read_text()
     assert text.splitlines()[0].startswith("run,path,content_hash")
     assert io.StringIO(text).read().count("\n") == 2
+
+
+def test_runs_that_share_a_file_name_keep_their_own_rows_and_reports(tmp_path: Path) -> None:
+    """`batch a/trace.json b/trace.json`: two rows, two labels, two report files, each with
+    its own run's numbers (issue 14)."""
+    a = write_trace(tmp_path / "exp1" / "trace.json", EVENTS)
+    b = write_trace(tmp_path / "exp2" / "trace.json", [*EVENTS, kernel(290, 5, "extra", corr=9)])
+    out = tmp_path / "out"
+    summary = run_batch([str(a), str(b)], out, jobs=1, cache=False)
+    rows = {r["run"]: r for r in summary.iter_rows(named=True)}
+    assert set(rows) == {"exp1/trace.json", "exp2/trace.json"}
+    assert rows["exp1/trace.json"]["kernel_count"] == 2
+    assert rows["exp2/trace.json"]["kernel_count"] == 3
+    assert rows["exp1/trace.json"]["report"] != rows["exp2/trace.json"]["report"]
+    # the same file twice is numbered, not merged
+    twice = run_batch([str(a), str(a)], tmp_path / "out2", jobs=1, cache=False)
+    assert twice["run"].to_list() == ["trace.json", "trace.json#2"]
+
+
+def test_report_file_names_stay_unique() -> None:
+    from traceanalyzer.batch import report_stems
+
+    stems = report_stems(["c/a_x.json.gz", "c/a/x.json.gz", "other.json"])
+    assert len(set(stems)) == 3 and stems[2] == "other.json"

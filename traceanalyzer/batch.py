@@ -14,6 +14,7 @@ import os
 import re
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -81,6 +82,17 @@ def _slug(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", label).strip("_")[:120] or "run"
 
 
+def report_stems(labels: list[str]) -> list[str]:
+    """A report file name per run: the label made file-safe, with a short hash of the label
+    where two labels make the same name (`c/a_x.json.gz` and `c/a/x.json.gz`)."""
+    slugs = [_slug(label) for label in labels]
+    counts = Counter(slugs)
+    return [
+        f"{slug}-{hashlib.sha1(label.encode()).hexdigest()[:8]}" if counts[slug] > 1 else slug
+        for slug, label in zip(slugs, labels, strict=True)
+    ]
+
+
 def summary_row(label: str, path: Path, digest: str, rep: Any, report_path: str) -> dict[str, Any]:
     """The run's headline numbers, from its report (the contract's fields)."""
     doc = rep.to_json_dict()
@@ -138,6 +150,7 @@ class Job:
     out_dir: str
     html: bool
     cache: bool
+    report_stem: str = ""  # the per-run report's file name, unique in the batch
 
 
 def analyse_run(job: Job) -> dict[str, Any]:
@@ -158,7 +171,7 @@ def analyse_run(job: Job) -> dict[str, Any]:
             saved: dict[str, Any] = json.loads(cached.read_text())
             return {**saved, "run": run.label, "path": str(run.path), "cached": True}
         rep = api.report(run.path)
-        report_path = out / "runs" / f"{_slug(run.label)}.json"
+        report_path = out / "runs" / f"{job.report_stem or _slug(run.label)}.json"
         api.write(rep, "json", str(report_path))
         if job.html:
             api.write(rep, "html", str(report_path.with_suffix(".html")))
@@ -197,7 +210,8 @@ def run_batch(
         runs = discover(args, Path(scratch))
         if not runs:
             raise ConfigError("no traces found", hint="give trace files, folders or archives")
-        batch = [Job(r, str(out_dir), html, cache) for r in runs]
+        stems = report_stems([r.label for r in runs])
+        batch = [Job(r, str(out_dir), html, cache, s) for r, s in zip(runs, stems, strict=True)]
         results: dict[str, dict[str, Any]] = {}
         for row in _execute(batch, jobs, dask_scheduler):
             results[row["run"]] = row

@@ -9,10 +9,13 @@ are never modified.
 
 from __future__ import annotations
 
+import dataclasses
 import glob
+import os
 import re
 import tarfile
 import zipfile
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,8 +89,10 @@ def _safe_extract(archive: Path, dest: Path) -> None:
 
 
 def discover(args: list[str], scratch: Path) -> list[Run]:
-    """Every run named by `args` (files, folders, glob patterns, archives)."""
+    """Every run named by `args` (files, folders, glob patterns, archives), each with a label
+    of its own (see `unique_labels`)."""
     runs: list[Run] = []
+    sources: list[Path] = []
     for arg in args:
         matches = [Path(p) for p in sorted(glob.glob(arg))] if glob.has_magic(arg) else [Path(arg)]
         if not matches:
@@ -108,8 +113,35 @@ def discover(args: list[str], scratch: Path) -> list[Run]:
                     _safe_extract(path, dest)
                 except TraceFormatError as exc:  # a bad archive is a failed run, not the end
                     runs.append(Run(path, path.name, error=exc.one_line()))
+                    sources.append(path)
                     continue
                 runs += [Run(r.path, f"{path.name}!{r.label}") for r in _runs_in_folder(dest, "")]
             else:
                 runs.append(Run(path, path.name))
-    return runs
+            sources += [path] * (len(runs) - len(sources))
+    return unique_labels(runs, sources)
+
+
+def unique_labels(runs: list[Run], sources: list[Path]) -> list[Run]:
+    """`runs` with labels that name one run each: runs whose labels collide (`a/trace.json.gz`
+    and `b/trace.json.gz` are both `trace.json.gz`) are labelled by their argument's folder
+    relative to the common parent of those arguments' folders, then numbered (`#2`) if they
+    still collide (the same file given twice)."""
+    counts = Counter(r.label for r in runs)
+    clashing = {label for label, n in counts.items() if n > 1}
+    parents = [src.resolve().parent for r, src in zip(runs, sources, strict=True)
+               if r.label in clashing]  # fmt: skip
+    common = Path(os.path.commonpath(parents)) if parents else None
+    out: list[Run] = []
+    seen: set[str] = set()
+    for run, src in zip(runs, sources, strict=True):
+        label = run.label
+        if label in clashing and common is not None:
+            where = os.path.relpath(src.resolve().parent, common)
+            label = label if where == "." else f"{Path(where).as_posix()}/{label}"
+        base, n = label, 2
+        while label in seen:
+            label, n = f"{base}#{n}", n + 1
+        seen.add(label)
+        out.append(dataclasses.replace(run, label=label))
+    return out

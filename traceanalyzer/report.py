@@ -148,6 +148,7 @@ class VerdictDict(TypedDict):
 class QualityDict(TypedDict):
     truncated: bool
     truncated_files: list[str]
+    skipped_files: list[str]
     dropped_events: dict[str, int]
     notes: list[str]
     outside_window: list[dict[str, Any]]
@@ -501,6 +502,7 @@ def build_report(
         quality={
             "truncated": q.truncated,
             "truncated_files": list(q.truncated_files),
+            "skipped_files": list(q.skipped_files),
             "dropped_events": dict(sorted(q.dropped.items())),
             "notes": [*q.notes, *_outside_notes(outside, metrics)],
             "outside_window": outside,

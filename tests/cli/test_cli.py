@@ -118,7 +118,7 @@ def test_missing_path_and_folder_without_traces(tmp_path: Path) -> None:
     code, _, err = _run("report", str(tmp_path / "missing.json"))
     assert code == 2 and "no such file" in err
     code, _, err = _run("report", str(tmp_path))
-    assert code == 2 and "no Chrome trace files" in err
+    assert code == 2 and "no readable Chrome trace files" in err
 
 
 def test_truncated_trace_is_reported(tmp_path: Path) -> None:

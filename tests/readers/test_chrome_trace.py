@@ -281,7 +281,7 @@ def test_missing_path_and_empty_folder(tmp_path: Path) -> None:
         read(tmp_path / "nope.json")
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "notes.txt").write_text("not a trace")
-    with pytest.raises(TraceFormatError, match="no Chrome trace files"):
+    with pytest.raises(TraceFormatError, match="no readable Chrome trace files"):
         read(tmp_path / "d")
 
 
@@ -530,3 +530,28 @@ def test_args_objects_left_in_place_deep_in_a_file_are_read(
     assert rows["late_op"]["input_dims"].replace(" ", "") == "[[2,3]]"
     assert ev.filter(pl.col("name") == "after").height == 3
     assert ev.filter(pl.col("name") == "k")["correlation"].sort().to_list() == list(range(40))
+
+
+def test_rank_folder_names_every_file_it_cannot_read(tmp_path: Path) -> None:
+    """An empty rank file, a corrupt gzip and a JSON file that is not a trace beside the ranks:
+    each is named in data_quality and a trace_quality warning; the readable ranks are read."""
+    import shutil
+
+    from tests.conftest import SAMPLES
+    from traceanalyzer import api
+
+    job = tmp_path / "job"
+    shutil.copytree(SAMPLES / "sampled_2rank", job)
+    (job / "rank2.json.gz").write_bytes(b"")
+    (job / "rank3.json.gz").write_bytes(b"\x1f\x8b\x08\x00garbage")
+    (job / "config.json").write_text('{"lr": 0.1}')
+    rep = api.report(job)
+    skipped = rep.quality["skipped_files"]
+    assert sorted(s.split(":")[0] for s in skipped) == [
+        "config.json",
+        "rank2.json.gz",
+        "rank3.json.gz",
+    ]
+    assert [r["rank"] for r in rep.ranks] == [0, 1]
+    quality = [f for f in rep.findings if f.rule == "TA012" and "could not be read" in f.message]
+    assert quality and quality[0].severity.value == "warning"

@@ -37,6 +37,8 @@ class DataQuality:
     """
 
     truncated_files: tuple[str, ...] = ()
+    #: files of a rank folder that look like traces but could not be read: "path: why"
+    skipped_files: tuple[str, ...] = ()
     dropped: dict[str, int] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
 

@@ -20,6 +20,7 @@ events that are whole, and the timeline says it was truncated.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections import Counter, deque
@@ -31,7 +32,7 @@ from typing import Any
 import orjson
 import polars as pl
 
-from traceanalyzer.errors import TraceFormatError, UnsupportedTraceError
+from traceanalyzer.errors import TraceAnalyzerError, TraceFormatError, UnsupportedTraceError
 from traceanalyzer.model import (
     EVENT_SCHEMA,
     KIND,
@@ -278,14 +279,28 @@ class ChromeTraceReader:
         return _to_timeline(part, rank, source, str(path)).validate()
 
     def _read_folder(self, folder: Path) -> Timeline:
-        files = sorted(p for p in folder.iterdir() if p.is_file() and self.sniff(p))
-        if not files:
+        named = [
+            p for p in folder.iterdir() if p.is_file() and p.name.lower().endswith(_TRACE_SUFFIXES)
+        ]
+        files = sorted({*named, *(p for p in folder.iterdir() if p.is_file() and self.sniff(p))})
+        parts: list[tuple[Path, _Parsed]] = []
+        skipped: list[str] = []
+        for f in files:  # one per rank: every file that looks like a trace is read or named
+            try:
+                if not self.sniff(f):
+                    raise TraceFormatError("empty, or not JSON", path=f)
+                parts.append((f, read_file(f)))
+            except TraceAnalyzerError as exc:
+                skipped.append(f"{f.name}: {exc.problem}")
+            except (OSError, EOFError, ValueError) as exc:  # a corrupt gzip stream, say
+                skipped.append(f"{f.name}: unreadable ({type(exc).__name__}: {exc})")
+        if not parts:
             raise TraceFormatError(
-                "the folder holds no Chrome trace files",
+                "the folder holds no readable Chrome trace files"
+                + (f" ({'; '.join(skipped[:3])})" if skipped else ""),
                 path=folder,
                 hint="point at a folder of torch.profiler traces (*.json, *.json.gz), one per rank",
             )
-        parts = [(f, read_file(f)) for f in files]
         ranked = [(f, p, *_rank_of(f, p.header)) for f, p in parts]
         if len(ranked) > 1 and any(src == "default" for *_x, src in ranked):
             unnamed = next(f for f, _p, _r, src in ranked if src == "default")
@@ -305,7 +320,25 @@ class ChromeTraceReader:
                 )
             seen[rank] = f
         timelines = [_to_timeline(p, rank, src, str(f)) for f, p, rank, src in ranked]
-        return combine(timelines, str(folder)).validate()
+        combined = combine(timelines, str(folder))
+        if skipped:
+            quality = dataclasses.replace(
+                combined.meta.quality,
+                skipped_files=tuple(skipped),
+                notes=(
+                    *combined.meta.quality.notes,
+                    f"{len(skipped)} file(s) of the folder could not be read and are not "
+                    f"analysed: {'; '.join(skipped)}",
+                ),
+            )
+            combined = Timeline(
+                events=combined.events, meta=dataclasses.replace(combined.meta, quality=quality)
+            )
+        return combined.validate()
+
+
+#: File names that look like a rank's trace in a folder (read, or named when unreadable).
+_TRACE_SUFFIXES = (".json", ".json.gz")
 
 
 # ---------------------------------------------------------------------------- file parsing

@@ -96,6 +96,16 @@ class TraceQuality(Rule):
                 severity=Severity.WARNING,
                 advice="Let the profiler finish writing before copying the trace, then re-run.",
             )
+        if q.skipped_files:
+            yield self.finding(
+                ctx,
+                f"{len(q.skipped_files)} file(s) of the rank folder could not be read and are "
+                f"not analysed: {'; '.join(q.skipped_files)}",
+                {"skipped_files": list(q.skipped_files)},
+                severity=Severity.WARNING,
+                advice="Re-copy or re-export the unreadable rank files: findings across ranks "
+                "(imbalance, communication) are missing those ranks.",
+            )
         yield from self._steps(ctx, t)
         dropped = {k: n for k, n in q.dropped.items() if k not in BENIGN_DROPS}
         if sum(dropped.values()) >= t.min_dropped_events and dropped:

@@ -302,8 +302,9 @@ def verdict(
     saving = top.impact_ns if top is not None else None
     if top is not None:
         fix = f"fixing {top.rule} ({top.title})"
+        per = "per step" if step is not None else "over the window (no step markers)"
         facts.append(
-            f"{fix} saves up to {saving / 1e6:.1f} ms per step" if saving else fix + " comes first"
+            f"{fix} saves up to {saving / 1e6:.1f} ms {per}" if saving else fix + " comes first"
         )
     else:
         facts.append("no finding at warning or above")

@@ -131,3 +131,10 @@ def test_empty_edge_steps_and_steady_one_time_calls() -> None:
     assert out == {1: "empty: no GPU work launched in it"}
     # every step empty: nothing to compare, nothing left out
     assert _flag([50, 50], [None, None], [True, True]) == {}
+
+
+def test_leading_step_launching_far_more_work_is_warm_up() -> None:
+    out = _flag([170, 100, 100, 100], [None] * 4, [False] * 4, [1800, 1000, 1000, 1000])
+    assert list(out) == [0] and "GPU operations" in out[0]
+    # as slow, but the same work: kept
+    assert _flag([170, 100, 100, 100], [None] * 4, [False] * 4, [1000] * 4) == {}

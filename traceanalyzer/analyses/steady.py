@@ -11,9 +11,10 @@ Each step's time is the longer of its host range and its GPU tile (the time betw
 completion of the previous step's GPU work and of its own, as `windows.device_steps`
 defines it; the longest over the rank's devices). Per rank, in order of start:
 
-- a **leading** step is *warm-up* when it holds one-time work (`ONE_TIME_WORK`) and takes at
-  least `WARMUP_FACTOR` times the median of the steps after it, or an *outlier* when it
-  takes at least `OUTLIER_FACTOR` times that median; the next step is then tried;
+- a **leading** step is *warm-up* when it holds one-time work (`ONE_TIME_WORK`), or launches
+  `EXTRA_WORK` times the median step's GPU operations, and takes at least `WARMUP_FACTOR`
+  times the median of the other steps kept, or an *outlier* when it takes at least
+  `OUTLIER_FACTOR` times that median; the next step is then tried;
 - a **trailing** step is an *outlier* by the same factor (a checkpoint or evaluation at the
   end of the capture);
 - at least `MIN_STEADY` steps always stay, and nothing is excluded from a rank with fewer
@@ -50,6 +51,9 @@ ONE_TIME_WORK = (
 )
 #: A leading step with one-time work is warm-up at this multiple of the median step.
 WARMUP_FACTOR = 1.5
+#: A leading step that launches this multiple of the median step's GPU operations (and takes
+#: WARMUP_FACTOR of its time) is warm-up too.
+EXTRA_WORK = 1.5
 #: Any leading or trailing step at this multiple of the median step is an outlier.
 OUTLIER_FACTOR = 2.0
 #: Steps always kept per rank.
@@ -101,7 +105,7 @@ def find(timeline: Timeline, markers: pl.DataFrame, ops: pl.DataFrame) -> Steady
         return SteadyState(markers, empty, _warmup_rows(ops, tiles.clear(), markers))
     per_step = (
         tiles.group_by("rank", "step")
-        .agg(dev_ns=pl.col("tile_ns").max())
+        .agg(dev_ns=pl.col("tile_ns").max(), ops=pl.col("ops").max())
         .join(
             markers.select(
                 "rank", "step", "name", "start_ns", host_ns=pl.col("end_ns") - pl.col("start_ns")
@@ -121,6 +125,7 @@ def find(timeline: Timeline, markers: pl.DataFrame, ops: pl.DataFrame) -> Steady
             frame["step_ns"].to_list(),
             frame["one_time"].to_list(),
             frame["dev_ns"].is_null().to_list(),
+            frame["ops"].fill_null(0).to_list(),
         )
         for i, reason in found.items():
             step = frame["step"][i]
@@ -153,10 +158,15 @@ def find(timeline: Timeline, markers: pl.DataFrame, ops: pl.DataFrame) -> Steady
 
 
 def _flag(
-    durations: list[int], one_time: list[str | None], empty: list[bool] | None = None
+    durations: list[int],
+    one_time: list[str | None],
+    empty: list[bool] | None = None,
+    ops: list[int] | None = None,
 ) -> dict[int, str]:
     """Indexes of the leading and trailing steps to leave out, with the reason. `empty`: the
-    steps that launched no GPU work (left out at either end while another step has some)."""
+    steps that launched no GPU work (left out at either end while another step has some);
+    `ops`: GPU operations each step launched (a leading step that launches EXTRA_WORK times
+    the median is doing one-time work too: lazy init, graph capture, optimizer state)."""
     n = len(durations)
     out: dict[int, str] = {}
     lo, hi = 0, n - 1
@@ -175,10 +185,22 @@ def _flag(
         med = statistics.median(durations[j] for j in range(lo, hi + 1) if j != i)
         return durations[i] / med if med > 0 else 0.0
 
+    def extra(i: int) -> float:
+        """Step i's GPU operations against the median of the other steps kept."""
+        if not ops:
+            return 0.0
+        med = statistics.median(ops[j] for j in range(lo, hi + 1) if j != i)
+        return ops[i] / med if med > 0 else 0.0
+
     while hi - lo + 1 > MIN_STEADY:
         r = ratio(lo)
         if one_time[lo] and r >= WARMUP_FACTOR:
             out[lo] = f"warm-up: one-time work ({one_time[lo]}); {r:.1f}x the median step"
+        elif r >= WARMUP_FACTOR and extra(lo) >= EXTRA_WORK:
+            out[lo] = (
+                f"warm-up: {extra(lo):.1f}x the median step's GPU operations; "
+                f"{r:.1f}x the median step"
+            )
         elif r >= OUTLIER_FACTOR:
             out[lo] = f"outlier: {r:.1f}x the median step"
         else:
@@ -200,7 +222,11 @@ def _tiles(ops: pl.DataFrame) -> pl.DataFrame:
         ops.lazy()
         .filter(pl.col("step").is_not_null())
         .group_by("rank", "device", "step")
-        .agg(first_ns=pl.col("start_ns").min(), last_ns=pl.col("end_ns").max())
+        .agg(
+            first_ns=pl.col("start_ns").min(),
+            last_ns=pl.col("end_ns").max(),
+            ops=pl.len().cast(pl.Int64),
+        )
         .sort("rank", "device", "first_ns")
         .with_columns(end_ns=pl.col("last_ns").cum_max().over("rank", "device"))
         .with_columns(
@@ -209,7 +235,7 @@ def _tiles(ops: pl.DataFrame) -> pl.DataFrame:
             )
         )
         .with_columns(tile_ns=pl.col("end_ns") - pl.col("begin_ns"))
-        .select("rank", "device", "step", "begin_ns", "end_ns", "tile_ns")
+        .select("rank", "device", "step", "begin_ns", "end_ns", "tile_ns", "ops")
         .collect()
     )
 

@@ -4,6 +4,8 @@ or fusion advice."""
 
 from __future__ import annotations
 
+import re
+
 from traceanalyzer.rules.base import Context
 
 
@@ -75,3 +77,19 @@ def fusion(ctx: Context) -> str:
         parts.append("keep activations in 16-bit")
     text = "; ".join(parts)
     return text[0].upper() + text[1:] + "."
+
+
+#: GPUs with Tensor Cores but neither bf16 nor TF32 (compute capability 7.x).
+VOLTA_TURING = re.compile(r"V100|T4\b|Titan V|RTX 20\d0|Quadro RTX|TITAN RTX|GTX 16", re.I)
+
+
+def arch(ctx: Context, rank: int, device: int) -> str | None:
+    """`volta_turing` for a compute capability 7.x GPU (by capability, else name)."""
+    for d in ctx.meta.devices:
+        if (d.rank, d.device) != (rank, device):
+            continue
+        if d.compute_capability:
+            return "volta_turing" if d.compute_capability.startswith("7") else None
+        if d.name and VOLTA_TURING.search(d.name):
+            return "volta_turing"
+    return None

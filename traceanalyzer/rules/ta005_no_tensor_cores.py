@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import polars as pl
 
+from traceanalyzer.rules import advice as advise
 from traceanalyzer.rules.base import Context, Finding, Rule, Scope, Severity
 from traceanalyzer.rules.examples import Event, launched, step
 
@@ -129,7 +129,7 @@ class NoTensorCores(Rule):
                 round(saving * off / gemm)
                 if saving is not None
                 else ctx.per_step(off // 2, rank, device),  # no critical path: half of it
-                _advice(fp32, half, odd, _arch(ctx, rank, device)),
+                _advice(fp32, half, odd, advise.arch(ctx, rank, device)),
             )
 
 
@@ -174,20 +174,4 @@ def _advice(fp32: bool, half: bool, odd: bool, arch: str | None = None) -> str |
             '(torch.set_float32_matmul_precision("high"), torch.backends.cudnn.allow_tf32 = '
             "True)."
         )
-    return None
-
-
-#: GPUs with Tensor Cores but neither bf16 nor TF32 (compute capability 7.x).
-_VOLTA_TURING = re.compile(r"V100|T4\b|Titan V|RTX 20\d0|Quadro RTX|TITAN RTX|GTX 16", re.I)
-
-
-def _arch(ctx: Context, rank: int, device: int) -> str | None:
-    """`volta_turing` for a compute capability 7.x GPU (by capability, else name)."""
-    for d in ctx.meta.devices:
-        if (d.rank, d.device) != (rank, device):
-            continue
-        if d.compute_capability:
-            return "volta_turing" if d.compute_capability.startswith("7") else None
-        if d.name and _VOLTA_TURING.search(d.name):
-            return "volta_turing"
     return None

@@ -146,14 +146,16 @@ def _advice(ctx: Context, collective: str) -> str:
     kind = collective.lower()
     if "send" in kind or "recv" in kind:
         return (
-            "Most exposed communication is point-to-point (pipeline-parallel activations): "
-            "use more micro-batches or an interleaved 1F1B schedule, and post sends/receives "
-            "early on their own stream (batch_isend_irecv) so they run under compute."
+            "Most exposed communication is point-to-point: pipeline-parallel activations (use "
+            "more micro-batches or an interleaved 1F1B schedule, post sends/receives early on "
+            "their own stream), or an all-to-all that NCCL runs as send/receive, such as "
+            "TorchRec's sparse data distribution (pipeline it: TrainPipelineSparseDist)."
         )
     if "all_to_all" in kind or "alltoall" in kind:
         return (
-            "Most exposed communication is all-to-all (expert parallelism): overlap dispatch and "
-            "combine with expert compute (split batches into chunks), or keep experts local."
+            "Most exposed communication is all-to-all (expert dispatch/combine, embedding "
+            "exchange): overlap it with compute by splitting the batch into chunks, or pipeline "
+            "the exchange one batch ahead (TrainPipelineSparseDist for TorchRec)."
         )
     if ctx.uses("ddp"):
         return (

@@ -9,6 +9,7 @@ from typing import ClassVar
 import polars as pl
 
 from traceanalyzer.analyses.classify import class_of
+from traceanalyzer.rules import advice as advise
 from traceanalyzer.rules.base import Context, Finding, Rule, Severity
 from traceanalyzer.rules.examples import Event, launched, step
 
@@ -111,6 +112,14 @@ class DtypeCasts(Rule):
 
 
 def _advice(ctx: Context) -> str | None:
+    if ctx.meta.devices and all(
+        advise.arch(ctx, d.rank, d.device) == "volta_turing" for d in ctx.meta.devices
+    ):
+        return (
+            "Cut casts and copies: this GPU (Volta/Turing) has no bf16, so keep fp16 copies of "
+            "the weights under autocast with its cast cache on, avoid .float()/.contiguous() "
+            "round trips, and fuse the rest with torch.compile."
+        )
     if ctx.uses("cuda_graphs"):
         return (
             "Graph replays re-run every cast they captured (autocast's cast cache is off under "

@@ -258,3 +258,16 @@ def test_graph_level_replays_are_gpu_work(scratch: str) -> None:
         )
     top = {k["name"] for k in whole["kernels"]["top"]}
     assert "CUDA graph 1 replay" in top
+
+
+def test_gzipped_nsight_export_reads_as_the_export(scratch: str) -> None:
+    """`run.sqlite.gz` is decompressed into a temporary folder, never beside the input, and
+    reads exactly as the plain export; the report names the input."""
+    gz = GPU / "nsys_fp32_cold.sqlite.gz"
+    before = sorted(p.name for p in GPU.iterdir())
+    direct = api.report(gz).to_json_dict()
+    assert sorted(p.name for p in GPU.iterdir()) == before
+    plain = _report("nsys_fp32_cold.sqlite.gz", scratch)
+    assert direct["source"]["path"] == str(gz)
+    assert direct["devices"] == plain["devices"]
+    assert direct["diagnoses"] == plain["diagnoses"]

@@ -271,3 +271,32 @@ def test_gzipped_nsight_export_reads_as_the_export(scratch: str) -> None:
     assert direct["source"]["path"] == str(gz)
     assert direct["devices"] == plain["devices"]
     assert direct["diagnoses"] == plain["diagnoses"]
+
+
+def test_odd_shapes_excess_by_a_plain_loop() -> None:
+    """TA006's excess: each misaligned mm/addmm/linear shape's kernel time less its FLOPs at
+    the throughput of the aligned 16-bit ones (or 80 % of the H100's 990 TFLOP/s), summed by
+    a loop over the shape rows."""
+    from traceanalyzer.analyses import analyze
+    from traceanalyzer.readers import read
+
+    path = GPU / "odd_shapes.json.gz"
+    shapes = analyze(read(path)).matmul_shapes.to_dicts()
+    flop_ops = ("aten::mm", "aten::addmm", "aten::linear")
+    aligned = [
+        s for s in shapes
+        if s["misaligned"] is None and s["align"] and s["align"] >= 8
+        and s["op_name"] in flop_ops and s["kernel_ns"] > 0
+    ]  # fmt: skip
+    if aligned:
+        flops = sum(2 * s["m"] * s["n"] * s["k"] * s["calls"] for s in aligned)
+        tput = flops / sum(s["kernel_ns"] for s in aligned) * 1e9
+    else:
+        tput = 990e12 * 0.8
+    excess = 0.0
+    for s in shapes:
+        if s["misaligned"] is not None and s["op_name"] in flop_ops:
+            ideal = 2 * s["m"] * s["n"] * s["k"] * s["calls"] / tput * 1e9
+            excess += max(0.0, s["kernel_ns"] - ideal)
+    finding = next(f for f in api.report(path).findings if f.rule == "TA006")
+    assert finding.evidence["excess_ns"] == pytest.approx(excess, rel=1e-6)

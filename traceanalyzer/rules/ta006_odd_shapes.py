@@ -179,7 +179,8 @@ ACHIEVABLE = 0.8
 _FLOP_OPS = ["aten::mm", "aten::addmm", "aten::linear"]
 
 
-def _flops(_frame: pl.DataFrame) -> pl.Expr:
+def _flops() -> pl.Expr:
+    """2 M N K per call, times the calls."""
     return 2 * pl.col("m").cast(pl.Float64) * pl.col("n") * pl.col("k") * pl.col("calls")
 
 
@@ -195,7 +196,7 @@ def _throughput(shapes: pl.DataFrame, device_name: str | None) -> tuple[float | 
     half = aligned.filter(pl.col("align") >= 8)
     ref = half if half.height else aligned
     if ref.height:
-        flops = float(ref.select(_flops(ref).sum()).item() or 0.0)
+        flops = float(ref.select(_flops().sum()).item() or 0.0)
         ns = float(ref["kernel_ns"].sum() or 0)
         if flops > 0 and ns > 0:
             return flops / ns * 1e9, "this trace's aligned GEMMs"
@@ -212,7 +213,7 @@ def _excess_ns(odd: pl.DataFrame, tput: float | None) -> int:
     mine = odd.filter(pl.col("op_name").is_in(_FLOP_OPS))
     if not mine.height:
         return 0
-    ideal = mine.with_columns(ideal_ns=_flops(mine) / tput * 1e9)
+    ideal = mine.with_columns(ideal_ns=_flops() / tput * 1e9)
     return int(
         ideal.select((pl.col("kernel_ns") - pl.col("ideal_ns")).clip(lower_bound=0).sum()).item()
         or 0

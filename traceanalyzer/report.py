@@ -323,6 +323,22 @@ def verdict(
     }
 
 
+def _step(r: dict[str, Any], *, warmup: bool) -> StepDict:
+    """One `steps[]` entry; warm-up steps were left out of the idle analysis: no causes."""
+    return {
+        "rank": r["rank"],
+        "device": r["device"],
+        "name": r["name"] if r["name"] is not None else f"step {r['step']}",
+        "start_ns": r["start_ns"],
+        "end_ns": r["end_ns"],
+        "busy_ns": r["busy_ns"],
+        "idle_share": r["idle_share"],
+        "kernel_count": r["kernel_count"],
+        "idle_by_cause": {} if warmup else _causes(r),
+        "warmup": warmup,
+    }
+
+
 def _outside_notes(outside: list[dict[str, Any]], metrics: Metrics) -> list[str]:
     """One note per device with GPU work outside the window, and one for excluded steps."""
     notes = [
@@ -380,37 +396,8 @@ def build_report(
         }
         for r in metrics.devices.iter_rows(named=True)
     ]
-    steps: list[StepDict] = [
-        {
-            "rank": r["rank"],
-            "device": r["device"],
-            "name": r["name"] if r["name"] is not None else f"step {r['step']}",
-            "start_ns": r["start_ns"],
-            "end_ns": r["end_ns"],
-            "busy_ns": r["busy_ns"],
-            "idle_share": r["idle_share"],
-            "kernel_count": r["kernel_count"],
-            "idle_by_cause": _causes(r),
-            "warmup": False,
-        }
-        for r in metrics.steps.iter_rows(named=True)
-    ]
-    # warm-up steps were left out of the idle analysis: no causes to show
-    warm: list[StepDict] = [
-        {
-            "rank": r["rank"],
-            "device": r["device"],
-            "name": r["name"] if r["name"] is not None else f"step {r['step']}",
-            "start_ns": r["start_ns"],
-            "end_ns": r["end_ns"],
-            "busy_ns": r["busy_ns"],
-            "idle_share": r["idle_share"],
-            "kernel_count": r["kernel_count"],
-            "idle_by_cause": {},
-            "warmup": True,
-        }
-        for r in metrics.warmup_steps.iter_rows(named=True)
-    ]
+    steps = [_step(r, warmup=False) for r in metrics.steps.iter_rows(named=True)]
+    warm = [_step(r, warmup=True) for r in metrics.warmup_steps.iter_rows(named=True)]
     steps = sorted([*warm, *steps], key=lambda s: (s["rank"], s["device"], s["start_ns"]))
     outside = _rows(metrics.outside_window)
     span = metrics.windows.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)

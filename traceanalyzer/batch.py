@@ -8,16 +8,19 @@ content hash and the tool version, so a rerun over a growing archive pays only f
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import hashlib
 import json
 import os
 import re
+import signal
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -25,8 +28,13 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer import __version__
+from traceanalyzer.config import Settings
 from traceanalyzer.errors import ConfigError, TraceAnalyzerError
-from traceanalyzer.readers.archives import Run, discover
+from traceanalyzer.readers.archives import DEFAULT_MAX_UNPACKED, Run, discover
+from traceanalyzer.render.base import write_text_atomic
+
+#: Seconds to wait for a dask scheduler to answer before giving up.
+DASK_CONNECT_TIMEOUT_S = 10
 
 #: Columns of the summary table, in order (see `summary_row`).
 SUMMARY_SCHEMA = pl.Schema(
@@ -151,6 +159,41 @@ class Job:
     html: bool
     cache: bool
     report_stem: str = ""  # the per-run report's file name, unique in the batch
+    options: Options = field(default_factory=lambda: Options())
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """What every run of a batch is analysed with, as `report` takes it (picklable)."""
+
+    settings: Settings = field(default_factory=Settings)
+    step_pattern: str | None = None
+    all_steps: bool = False
+
+    def key(self) -> str:
+        """A short hash of everything that changes a report: part of the cache key, so a
+        changed threshold or pattern analyses every run again."""
+        settings = dataclasses.asdict(self.settings)
+        settings.pop("source")  # where the settings came from does not change a report
+        doc = {"settings": settings, "step_pattern": self.step_pattern, "all": self.all_steps}
+        return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[
+            :12
+        ]
+
+
+def _cached_row(cached: Path) -> dict[str, Any] | None:
+    """The saved summary row of a cache entry, or None when it cannot be used: missing,
+    damaged (a run killed mid-write, a disk error), or its report file is gone."""
+    try:
+        saved = json.loads(cached.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(saved, dict) or not set(SUMMARY_SCHEMA.names()) - {"cached"} <= set(saved):
+        return None
+    report = saved.get("report")
+    if not isinstance(report, str) or not Path(report).is_file():
+        return None
+    return saved
 
 
 def analyse_run(job: Job) -> dict[str, Any]:
@@ -166,12 +209,19 @@ def analyse_run(job: Job) -> dict[str, Any]:
     try:
         digest = content_hash(run.path)
         row["content_hash"] = digest
-        cached = out / ".cache" / f"{digest}-{__version__}.json"
-        if job.cache and cached.is_file():
-            saved: dict[str, Any] = json.loads(cached.read_text())
-            return {**saved, "run": run.label, "path": str(run.path), "cached": True}
-        rep = api.report(run.path)
         report_path = out / "runs" / f"{job.report_stem or _slug(run.label)}.json"
+        cached = out / ".cache" / f"{digest}-{__version__}-{job.options.key()}.json"
+        saved = _cached_row(cached) if job.cache else None
+        html_ok = not job.html or report_path.with_suffix(".html").is_file()
+        if saved is not None and saved["report"] == str(report_path) and html_ok:
+            return {**saved, "run": run.label, "path": str(run.path), "cached": True}
+        opts = job.options
+        rep = api.report(
+            run.path,
+            settings=opts.settings,
+            step_pattern=opts.step_pattern,
+            all_steps=opts.all_steps,
+        )
         api.write(rep, "json", str(report_path))
         if job.html:
             api.write(rep, "html", str(report_path.with_suffix(".html")))
@@ -179,7 +229,7 @@ def analyse_run(job: Job) -> dict[str, Any]:
         row["seconds"] = time.perf_counter() - started
         row["error"] = None
         cached.parent.mkdir(parents=True, exist_ok=True)
-        cached.write_text(json.dumps(row))
+        write_text_atomic(cached, json.dumps(row), [])
     except TraceAnalyzerError as exc:
         row["error"] = exc.one_line()
     except Exception as exc:  # the one broad catch: a batch records what broke and goes on
@@ -197,21 +247,28 @@ def run_batch(
     cache: bool = True,
     dask_scheduler: str | None = None,
     on_result: Callable[[dict[str, Any], int], None] | None = None,
+    options: Options | None = None,
+    max_unpacked: int = DEFAULT_MAX_UNPACKED,
 ) -> pl.DataFrame:
     """Analyse every run found in `args`; return the summary (one row per run, in order).
 
     `jobs`: worker processes (default: all cores); `dask_scheduler`: address of a
     dask.distributed scheduler to send the runs to instead. `on_result(row, total)` is called
-    as each run finishes (progress display).
+    as each run finishes (progress display). `options`: the settings, step pattern and
+    window every run is analysed with (as `report` takes them; part of the cache key).
+    `max_unpacked`: the most bytes an archive may unpack to.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "runs").mkdir(exist_ok=True)  # the per-run reports: batch's own folder
     with tempfile.TemporaryDirectory(prefix="traceanalyzer-batch-") as scratch:
-        runs = discover(args, Path(scratch))
+        runs = discover(args, Path(scratch), max_unpacked)
         if not runs:
             raise ConfigError("no traces found", hint="give trace files, folders or archives")
         stems = report_stems([r.label for r in runs])
-        batch = [Job(r, str(out_dir), html, cache, s) for r, s in zip(runs, stems, strict=True)]
+        opts = options or Options()
+        batch = [
+            Job(r, str(out_dir), html, cache, s, opts) for r, s in zip(runs, stems, strict=True)
+        ]
         results: dict[str, dict[str, Any]] = {}
         for row in _execute(batch, jobs, dask_scheduler):
             results[row["run"]] = row
@@ -238,16 +295,60 @@ def _execute(batch: list[Job], jobs: int | None, scheduler: str | None) -> Itera
     # polars thread pools per core would only contend (set before the children import it)
     saved = os.environ.get("POLARS_MAX_THREADS")
     os.environ["POLARS_MAX_THREADS"] = "1"
+    pool = ProcessPoolExecutor(
+        max_workers=workers, mp_context=get_context("spawn"), initializer=_unblock_sigterm
+    )
     try:
-        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+        # the workers start as the runs are submitted: a SIGTERM while one is being handed
+        # its start-up data would leave it half-started (a traceback) and unknown to `_stop`,
+        # so the signal waits until every worker has started (they unblock it themselves)
+        with _sigterm_blocked():
             futures = [pool.submit(analyse_run, job) for job in batch]
-            for future in as_completed(futures):
-                yield future.result()
+        for future in as_completed(futures):
+            yield future.result()
+    except BaseException:  # interrupted or terminated: stop the workers now, not after the queue
+        _stop(pool)
+        raise
+    else:
+        pool.shutdown()
     finally:
         if saved is None:
             os.environ.pop("POLARS_MAX_THREADS", None)
         else:
             os.environ["POLARS_MAX_THREADS"] = saved
+
+
+_SIGTERM = {signal.SIGTERM}
+
+
+@contextlib.contextmanager
+def _sigterm_blocked() -> Iterator[None]:
+    """SIGTERM held back for the duration (delivered on exit), where the OS allows it."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, _SIGTERM)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGTERM)
+
+
+def _unblock_sigterm() -> None:
+    """Worker start-up: the worker inherits the blocked signal; let `_stop` end it."""
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGTERM)
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Cancel the queued runs and end the running workers (so the caller's scratch folder of
+    unpacked archives can be removed at once)."""
+    processes = list((pool._processes or {}).values())  # no public handle on the workers
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.join(timeout=5)
 
 
 def _execute_dask(batch: list[Job], scheduler: str) -> Iterator[dict[str, Any]]:
@@ -260,7 +361,14 @@ def _execute_dask(batch: list[Job], scheduler: str) -> Iterator[dict[str, Any]]:
             "--dask-scheduler needs dask.distributed",
             hint="pip install 'traceanalyzer[dask]'",
         ) from exc
-    with Client(scheduler) as client:  # type: ignore[no-untyped-call]
+    try:
+        client = Client(scheduler, timeout=DASK_CONNECT_TIMEOUT_S)  # type: ignore[no-untyped-call]
+    except (OSError, TimeoutError, ValueError, TypeError) as exc:
+        raise ConfigError(
+            f"cannot reach the dask scheduler at {scheduler!r} ({exc})",
+            hint="check the address (tcp://HOST:8786) and that `dask scheduler` runs there",
+        ) from exc
+    with client:
         futures = client.map(analyse_run, batch, pure=False)
         for future in dask_completed(futures):  # type: ignore[no-untyped-call]
             yield future.result()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import signal
 import sys
 import traceback
 from collections.abc import Callable
@@ -15,13 +17,14 @@ import orjson
 import polars as pl
 
 from traceanalyzer import __version__, api
-from traceanalyzer.batch import write_summary
+from traceanalyzer.batch import Options, write_summary
 from traceanalyzer.compare import compare as compare_reports
 from traceanalyzer.compare import load_report, render_text
 from traceanalyzer.compare import render_html as render_compare_html
 from traceanalyzer.config import load_settings
 from traceanalyzer.errors import TraceAnalyzerError
 from traceanalyzer.model.schema import schema_markdown
+from traceanalyzer.readers.archives import DEFAULT_MAX_UNPACKED
 from traceanalyzer.render import RENDERERS
 from traceanalyzer.render.base import write_text_atomic
 from traceanalyzer.rules import ALL_RULES, BY_CODE
@@ -49,7 +52,13 @@ def cli() -> None:
     help="Output format (default: from the -o suffix, else terminal).",
 )
 @click.option("-o", "--output", default=None, help="Write to this file instead of stdout.")
-@click.option("--top", default=10, show_default=True, help="How many top kernels to list.")
+@click.option(
+    "--top",
+    default=10,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="How many top kernels to list.",
+)
 @click.option(
     "--step-pattern",
     default=None,
@@ -196,6 +205,26 @@ def annotate(
     metavar="ADDR",
     help="Send the runs to this dask.distributed scheduler (pip install 'traceanalyzer[dask]').",
 )
+@click.option(
+    "--max-unpacked",
+    "max_unpacked_gib",
+    type=click.FloatRange(min=0, min_open=True),
+    default=DEFAULT_MAX_UNPACKED / 2**30,
+    show_default=True,
+    help="The most GiB one archive may unpack to (also at most 250x its size).",
+)
+@click.option("--step-pattern", default=None, metavar="REGEX", help="As for `report`.")
+@click.option("--all-steps", is_flag=True, help="As for `report`.")
+@click.option(
+    "--config",
+    "config",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="As for `report` (default: ./traceanalyzer.toml or ./pyproject.toml).",
+)
+@click.option(
+    "--set", "overrides", multiple=True, metavar="CODE.NAME=VALUE", help="As for `report`."
+)
 @click.option("--debug", is_flag=True, help="Show tracebacks for input errors.")
 def batch(
     paths: tuple[str, ...],
@@ -205,12 +234,19 @@ def batch(
     html: bool,
     no_cache: bool,
     dask_scheduler: str | None,
+    max_unpacked_gib: float,
+    step_pattern: str | None,
+    all_steps: bool,
+    config: Path | None,
+    overrides: tuple[str, ...],
     debug: bool,
 ) -> None:
     """Analyse many runs (PATHS: trace files, folders, globs, .tar/.tar.gz/.zip archives)
-    into one summary table; exit 1 when any run failed."""
+    into one summary table; exit 1 when any run failed. Settings apply as for `report`, and
+    a cached run is analysed again when they change."""
 
     def job() -> None:
+        options = Options(load_settings(config, overrides), step_pattern, all_steps)
         summary = run_batch_with_progress(
             list(paths),
             out_dir,
@@ -218,6 +254,8 @@ def batch(
             html=html,
             cache=not no_cache,
             dask_scheduler=dask_scheduler,
+            options=options,
+            max_unpacked=int(max_unpacked_gib * 2**30),
         )
         table = write_summary(summary, out_dir, summary_format)
         failed = summary.filter(summary["error"].is_not_null())
@@ -305,8 +343,21 @@ def _run(job: Callable[[], None], debug: bool) -> None:
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         sys.exit(130)
+    except Terminated:
+        click.echo("terminated", err=True)
+        sys.exit(128 + signal.SIGTERM)
     except BrokenPipeError:
         sys.exit(EXIT_OK)
+    except OSError as exc:  # the file system refused: a name too long, a full disk, ...
+        if debug or exc.filename is None:
+            raise
+        hint = {
+            errno.ENAMETOOLONG: "use a shorter file name (most file systems allow 255 bytes)",
+            errno.ENOSPC: "free some disk space",
+            errno.EACCES: "check the file's permissions",
+        }.get(exc.errno or 0, "check the path")
+        click.echo(f"error: {exc.filename}: {exc.strerror or exc} (hint: {hint})", err=True)
+        sys.exit(EXIT_INPUT_ERROR)
     except MemoryError:
         click.echo(
             "error: out of memory reading the trace (hint: try a machine with more memory)",
@@ -349,6 +400,15 @@ def run_batch_with_progress(args: list[str], out_dir: Path, **options: Any) -> p
         return run_batch(args, out_dir, on_result=step, **options)
 
 
+class Terminated(BaseException):
+    """SIGTERM arrived: unwind (temporary folders and partial outputs are removed on the way)."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+    raise Terminated
+
+
 def main() -> None:
     """Console-script entry point.
 
@@ -357,6 +417,7 @@ def main() -> None:
     report of a 1 GB trace was already written. Every output is written and closed by then
     (reports are renamed into place by `write_text_atomic`); the streams are flushed here.
     """
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         cli(prog_name="traceanalyzer")
         code = 0

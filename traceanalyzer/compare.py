@@ -15,6 +15,7 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.errors import TraceFormatError
+from traceanalyzer.report import FORMAT_VERSION
 
 CAUSES = ("host_wait", "sync", "launch_overhead", "other")
 TOP_CHANGES = 10
@@ -25,29 +26,74 @@ def load_report(source: str) -> dict[str, Any]:
     batch), `SUMMARY.parquet#RUN` (a batch summary row), or a trace (analysed now)."""
     if "#" in source and source.split("#", 1)[0].endswith((".parquet", ".csv")):
         table, run = source.split("#", 1)
-        path = Path(table)
-        rows = pl.read_parquet(path) if table.endswith(".parquet") else pl.read_csv(path)
-        row = rows.filter(pl.col("run") == run)
-        if row.height != 1 or row["report"][0] is None:
-            raise TraceFormatError(
-                f"no analysed run {run!r} in the summary",
-                path=path,
-                hint="use the run column of the summary",
-            )
-        doc: dict[str, Any] = json.loads(Path(row["report"][0]).read_text())
-        return doc
+        return _report_of_row(Path(table), run)
     path = Path(source)
     if path.is_file() and path.suffix == ".json" and _is_report(path):
-        report: dict[str, Any] = json.loads(path.read_text())
-        return report
+        return _read_report(path)
     from traceanalyzer import api
 
     return api.report(path).to_json_dict()
 
 
+def _report_of_row(table: Path, run: str) -> dict[str, Any]:
+    """The report of one batch summary row. The row's report path was written relative to
+    the folder batch ran in; from elsewhere it is found beside the summary (`runs/`)."""
+    if not table.is_file():
+        raise TraceFormatError(
+            "no such batch summary", path=table, hint="check the path (batch --out-dir)"
+        )
+    try:
+        rows = pl.read_parquet(table) if table.suffix == ".parquet" else pl.read_csv(table)
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        raise TraceFormatError(
+            f"cannot read the batch summary ({exc})", path=table, hint="is it a batch summary?"
+        ) from exc
+    if "run" not in rows.columns or "report" not in rows.columns:
+        raise TraceFormatError(
+            "not a batch summary (no run and report columns)",
+            path=table,
+            hint="give the summary.parquet or summary.csv that batch wrote",
+        )
+    row = rows.filter(pl.col("run") == run)
+    if row.height != 1 or row["report"][0] is None:
+        raise TraceFormatError(
+            f"no analysed run {run!r} in the summary",
+            path=table,
+            hint="use the run column of the summary",
+        )
+    written = Path(row["report"][0])
+    for candidate in (written, table.parent / "runs" / written.name):
+        if candidate.is_file():
+            return _read_report(candidate)
+    raise TraceFormatError(
+        f"the report of run {run!r} is gone ({written})",
+        path=table,
+        hint="run the batch again to write it",
+    )
+
+
 def _is_report(path: Path) -> bool:
     with path.open("rb") as fh:
         return b'"format_version"' in fh.read(256)
+
+
+def _read_report(path: Path) -> dict[str, Any]:
+    """A report JSON file, checked to be one this version reads."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise TraceFormatError(
+            f"cannot read the report ({exc})", path=path, hint="is it a report JSON file?"
+        ) from exc
+    version = doc.get("format_version") if isinstance(doc, dict) else None
+    if version != FORMAT_VERSION:
+        raise TraceFormatError(
+            f"report format_version {version!r}; this traceanalyzer reads {FORMAT_VERSION}",
+            path=path,
+            hint="write both reports with the same traceanalyzer version (or compare the traces)",
+        )
+    report: dict[str, Any] = doc
+    return report
 
 
 def _totals(doc: dict[str, Any]) -> dict[str, Any]:

@@ -47,7 +47,10 @@ def analyze(
         raise no_gpu_events(timeline)
     pattern = step_pattern or windows.default_step_pattern(timeline.meta.format)
     _check_pattern(pattern)
-    markers = windows.step_markers(timeline, pattern).collect().lazy()
+    found = windows.step_markers(timeline, pattern).collect()
+    if step_pattern and found.height == 0:
+        raise _no_match(timeline, step_pattern)
+    markers = found.lazy()
     keys = windows.launch_keys(timeline, markers)
     state = _steady_state(timeline, markers, keys, all_steps)
     if state.excluded.height:
@@ -215,6 +218,34 @@ def _classified(timeline: Timeline, kernels_in: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
+def _no_match(timeline: Timeline, pattern: str) -> ConfigError:
+    """The error for a --step-pattern that matches no host range, with names that might."""
+    names = (
+        timeline.events.lazy()
+        .filter(pl.col("kind").is_in(["annotation", "cpu_op"]))
+        .select(pl.col("name").cast(pl.String))
+        .filter(pl.col("name").str.contains("(?i)step|iter|batch"))
+        .group_by("name")
+        .len()
+        .sort(["len", "name"], descending=[True, False])
+        .head(4)
+        .collect()
+        .get_column("name")
+        .to_list()
+    )
+    hint = (
+        "host ranges that look like steps: " + ", ".join(repr(n) for n in names)
+        if names
+        else "the trace has no host range named like a step; leave --step-pattern out to "
+        "analyse the whole trace"
+    )
+    return ConfigError(
+        f"--step-pattern {pattern!r} matches no host range in the trace",
+        path=timeline.meta.path,
+        hint=hint,
+    )
+
+
 def _check_pattern(pattern: str) -> None:
     try:
         pl.select(pl.lit("x").str.contains(pattern)).item()
@@ -241,6 +272,19 @@ def no_gpu_events(timeline: Timeline) -> NoGpuEventsError:
             f"{kinds or 'no host events'} and events of categories the tool does not read: {cats}"
         )
         hint = "a CUPTI range-profiler or non-CUDA accelerator trace has no GPU timeline to analyse"
+    elif dropped := _dropped_device_events(timeline):
+        problem = f"no GPU events left to analyse: {dropped}"
+        hint = "the trace does not follow the Chrome trace format: ts and dur must be numbers (µs)"
+    elif launches := _launch_count(timeline):
+        problem = (
+            f"the GPU activity records are missing: the host launched {launches} kernels "
+            "or copies (CUDA/HIP runtime calls are in the trace) but no kernel, memcpy or "
+            "memset was recorded"
+        )
+        hint = (
+            "the profiler lost its GPU buffers (CUPTI/roctracer): profile fewer active steps, "
+            "or make sure the profiler is stopped cleanly before the trace is exported"
+        )
     else:
         problem = (
             "no GPU events (kernels, memcpy, memset): this is a CPU-only trace "
@@ -248,6 +292,35 @@ def no_gpu_events(timeline: Timeline) -> NoGpuEventsError:
         )
         hint = "profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]"
     return NoGpuEventsError(problem, path=timeline.meta.path, hint=hint)
+
+
+def _dropped_device_events(timeline: Timeline) -> str:
+    """The events dropped for bad values (text, out-of-range, missing), as `N reason, ...`."""
+    drops = {
+        k: n for k, n in timeline.meta.quality.dropped.items() if not k.startswith("category ")
+    }
+    return ", ".join(f"{n} events dropped ({k})" for k, n in sorted(drops.items()))
+
+
+#: Runtime calls that put work on a GPU stream (CUDA and HIP).
+_LAUNCH_CALL = (
+    r"^(?:cuda|hip)(?:LaunchKernel|LaunchCooperativeKernel|ModuleLaunchKernel"
+    r"|ExtModuleLaunchKernel|GraphLaunch|MemcpyAsync|Memcpy|MemsetAsync|Memset)|^cuLaunchKernel"
+)
+
+
+def _launch_count(timeline: Timeline) -> int:
+    """How many runtime/driver calls in the trace launch GPU work."""
+    return int(
+        timeline.events.lazy()
+        .filter(
+            pl.col("kind").is_in(["runtime", "driver"])
+            & pl.col("name").cast(pl.String).str.contains(_LAUNCH_CALL)
+        )
+        .select(pl.len())
+        .collect()
+        .item()
+    )
 
 
 __all__ = ["Metrics", "analyze"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import shutil
+import sqlite3
 import tempfile
 from pathlib import Path
 
@@ -53,7 +54,50 @@ def read(path: Path | str) -> Timeline:
     p = Path(path)
     if p.is_file() and not READERS["nsys"].sniff(p) and head_bytes(p, 16) == SQLITE_MAGIC:
         return _read_gzipped_sqlite(p)
-    return detect(p).read(p)
+    reader = detect(p)
+    wal = p.with_name(p.name + "-wal")
+    if reader is READERS["nsys"] and wal.is_file() and wal.stat().st_size > 0:
+        return _read_with_wal(p, wal)
+    return reader.read(p)
+
+
+def _read_with_wal(path: Path, wal: Path) -> Timeline:
+    """An export with an unmerged write-ahead log (`run.sqlite-wal` beside it, left by a
+    writer that did not close the database): its committed changes live in the WAL, which a
+    read-only, immutable open would ignore. The pair is copied into a temporary folder (never
+    written beside the input), merged there, read, and removed."""
+    with tempfile.TemporaryDirectory(prefix="traceanalyzer-") as tmp:
+        inner = Path(tmp) / path.name
+        try:
+            shutil.copyfile(path, inner)
+            shutil.copyfile(wal, inner.with_name(inner.name + "-wal"))
+            con = sqlite3.connect(inner)
+            try:
+                con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            finally:
+                con.close()
+        except (OSError, sqlite3.Error) as exc:
+            raise TraceFormatError(
+                f"cannot merge the export's write-ahead log {wal.name} ({exc})",
+                path=path,
+                hint="open the database once with sqlite3 to merge it, or export again",
+            ) from exc
+        timeline = READERS["nsys"].read(inner)
+    note = f"{path.name}: read with its unmerged write-ahead log ({wal.name}), merged in a copy"
+    return _renamed(timeline, path, note)
+
+
+def _renamed(timeline: Timeline, path: Path, note: str | None = None) -> Timeline:
+    """A timeline read from a temporary copy, named after the input (and with a note)."""
+    meta = timeline.meta
+    ranks = tuple(dataclasses.replace(r, path=str(path)) for r in meta.ranks)
+    quality = meta.quality
+    if note:
+        quality = dataclasses.replace(quality, notes=(*quality.notes, note))
+    return Timeline(
+        events=timeline.events,
+        meta=dataclasses.replace(meta, path=str(path), ranks=ranks, quality=quality),
+    )
 
 
 def _read_gzipped_sqlite(path: Path) -> Timeline:
@@ -69,11 +113,7 @@ def _read_gzipped_sqlite(path: Path) -> Timeline:
                 hint="gunzip it and check the export is complete",
             ) from exc
         timeline = READERS["nsys"].read(inner)
-    meta = timeline.meta
-    ranks = tuple(dataclasses.replace(r, path=str(path)) for r in meta.ranks)
-    return Timeline(
-        events=timeline.events, meta=dataclasses.replace(meta, path=str(path), ranks=ranks)
-    )
+    return _renamed(timeline, path)
 
 
 __all__ = ["READERS", "detect", "read"]

@@ -13,6 +13,7 @@ import dataclasses
 import glob
 import os
 import re
+import shutil
 import tarfile
 import zipfile
 from collections import Counter
@@ -63,24 +64,54 @@ def _runs_in_folder(folder: Path, prefix: str) -> list[Run]:
     return runs
 
 
-def _safe_extract(archive: Path, dest: Path) -> None:
-    """Unpack an archive into `dest`, refusing members that would land outside it."""
+#: The most bytes one archive may unpack to (`batch --max-unpacked`): a 3 MB zip of 3 GB of
+#: whitespace is a bomb, not a run.
+DEFAULT_MAX_UNPACKED = 16 << 30
+#: The most an archive may expand relative to its own size. Trace JSON compresses about
+#: 10x (a trace of one repeated kernel about 30x); a zip bomb, 1000x and more.
+MAX_EXPANSION = 250
+
+
+def _safe_extract(archive: Path, dest: Path, max_unpacked: int = DEFAULT_MAX_UNPACKED) -> None:
+    """Unpack an archive into `dest`, refusing members that would land outside it, and
+    archives that unpack to more than `max_unpacked` bytes or `MAX_EXPANSION` times their size.
+
+    The member sizes are checked as the archive is read, before each member is written: a
+    zip member and a tar member never unpack to more than the size their header declares.
+    """
     root = dest.resolve()
+    limit = min(max_unpacked, MAX_EXPANSION * max(archive.stat().st_size, 1 << 20))
+    total = 0
+
+    def count(size: int) -> None:
+        nonlocal total
+        total += size
+        if total > limit:
+            raise TraceFormatError(
+                f"the archive unpacks to more than {limit / 2**30:.1f} GiB "
+                f"({MAX_EXPANSION}x its size at most, {max_unpacked / 2**30:.1f} GiB at most)",
+                path=archive,
+                hint="unpack it yourself if it is a real run, or raise batch --max-unpacked",
+            )
+
     try:
         if zipfile.is_zipfile(archive):
             with zipfile.ZipFile(archive) as zf:
-                for name in zf.namelist():
-                    if not (root / name).resolve().is_relative_to(root):
+                for info in zf.infolist():
+                    if not (root / info.filename).resolve().is_relative_to(root):
                         raise TraceFormatError(
-                            f"archive member {name!r} escapes the archive",
+                            f"archive member {info.filename!r} escapes the archive",
                             path=archive,
                             hint="refusing to unpack it",
                         )
+                    count(info.file_size)
                 zf.extractall(root)
             return
         with tarfile.open(archive) as tf:
-            tf.extractall(root, filter="data")  # no absolute paths, links out, devices
-    except (tarfile.TarError, zipfile.BadZipFile, OSError) as exc:
+            for member in tf:
+                count(member.size)
+                tf.extract(member, root, filter="data")  # no absolute paths, links out, devices
+    except (tarfile.TarError, zipfile.BadZipFile, OSError, EOFError) as exc:
         raise TraceFormatError(
             f"cannot unpack the archive ({exc})",
             path=archive,
@@ -88,9 +119,9 @@ def _safe_extract(archive: Path, dest: Path) -> None:
         ) from exc
 
 
-def discover(args: list[str], scratch: Path) -> list[Run]:
+def discover(args: list[str], scratch: Path, max_unpacked: int = DEFAULT_MAX_UNPACKED) -> list[Run]:
     """Every run named by `args` (files, folders, glob patterns, archives), each with a label
-    of its own (see `unique_labels`)."""
+    of its own (see `unique_labels`); archives unpack into `scratch` (see `_safe_extract`)."""
     runs: list[Run] = []
     sources: list[Path] = []
     for arg in args:
@@ -110,8 +141,9 @@ def discover(args: list[str], scratch: Path) -> list[Run]:
                 dest = scratch / f"archive{len(runs)}_{path.name}"
                 dest.mkdir(parents=True)
                 try:
-                    _safe_extract(path, dest)
+                    _safe_extract(path, dest, max_unpacked)
                 except TraceFormatError as exc:  # a bad archive is a failed run, not the end
+                    shutil.rmtree(dest, ignore_errors=True)  # free what it unpacked at once
                     runs.append(Run(path, path.name, error=exc.one_line()))
                     sources.append(path)
                     continue

@@ -649,12 +649,23 @@ def _int_list(col: pl.Expr) -> pl.Expr:
     )
 
 
+#: The largest |ts| or dur, in µs, that is read: twice it still fits int64 nanoseconds, so
+#: `start + dur` cannot overflow. Larger values (1e18, 1e26) are dropped and counted.
+MAX_US = float(2**62 // 1000)
+
+
+def _in_range(col: pl.Expr) -> pl.Expr:
+    return col.is_finite() & (col.abs() <= MAX_US)
+
+
 def _to_ns(col: pl.Expr) -> pl.Expr:
     """Float microseconds -> integer ns, exact to the ns for values below 2**43 µs.
 
     The integer part is converted exactly and only the fraction goes through floating point,
-    so a timestamp like 4476047788645.790 becomes ...645790 ns, not ...645789.
+    so a timestamp like 4476047788645.790 becomes ...645790 ns, not ...645789. Values out of
+    range (see `MAX_US`) become null.
     """
+    col = pl.when(_in_range(col)).then(col)
     whole = col.floor()
     return whole.cast(pl.Int64) * 1000 + ((col - whole) * 1000).round().cast(pl.Int64)
 
@@ -680,7 +691,14 @@ def _normalise(raw: pl.DataFrame) -> _Frame:
         )
         .with_columns(
             _unknown=~known & ~pl.col("cat").str.to_lowercase().is_in(list(IGNORED_CATS)),
-            _missing=known & (start.is_null() | dur.is_null()),
+            _range=known
+            & (
+                (pl.col("ts").is_not_null() & ~_in_range(pl.col("ts")))
+                | (dur.is_not_null() & ~_in_range(dur))
+            ),
+        )
+        .with_columns(
+            _missing=known & ~pl.col("_range") & (start.is_null() | dur.is_null()),
             _zero=known & (start <= 0),
             _negative=known & (dur < 0),
         )
@@ -689,7 +707,12 @@ def _normalise(raw: pl.DataFrame) -> _Frame:
     frame, flags = pl.collect_all(
         [
             tagged.filter(
-                known & start.is_not_null() & dur.is_not_null() & (start > 0) & (dur >= 0)
+                known
+                & ~pl.col("_range")
+                & start.is_not_null()
+                & dur.is_not_null()
+                & (start > 0)
+                & (dur >= 0)
             ).select(
                 rank=pl.lit(0, pl.Int32),
                 device=pl.when(pl.col("_memory"))
@@ -726,12 +749,14 @@ def _normalise(raw: pl.DataFrame) -> _Frame:
                 pl.col("_missing").sum(),
                 pl.col("_zero").sum(),
                 pl.col("_negative").sum(),
+                pl.col("_range").sum(),
             ),
         ]
     )
-    unknown, missing, zero, negative = flags.row(0)
+    unknown, missing, zero, negative, out_of_range = flags.row(0)
     for reason, n in (
         ("missing ts or dur", missing),
+        ("ts or dur out of range", out_of_range),
         ("zero timestamp", zero),
         ("negative duration", negative),
     ):
@@ -790,6 +815,37 @@ def _with_copy_kinds(events: pl.DataFrame) -> pl.DataFrame:
     return events.join(kinds, on="name", how="left", maintain_order="left")
 
 
+#: A timestamp or duration written as a JSON string (`"ts": "1712.5"`): it parses as null.
+_TEXT_TIME = re.compile(rb'"(?:ts|dur)"\s*:\s*"')
+_MISSING = "missing ts or dur"
+
+
+def _named_drops(part: _Parsed) -> dict[str, int]:
+    """The drop counts, with the reason named where the file shows it (text timestamps)."""
+    dropped = dict(part.dropped)
+    if _MISSING in dropped and _TEXT_TIME.search(head_bytes(part.path, 1 << 16)):
+        dropped["ts or dur written as a string, not a number"] = dropped.pop(_MISSING)
+    return dropped
+
+
+_DUPLICATE = "exact duplicate"
+
+
+def _without_duplicates(events: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """`events` with exact duplicate rows removed, and how many were removed.
+
+    Two GPU activities on one stream cannot start in the same nanosecond, so a trace without
+    such a pair has no duplicates and costs one hash pass over its GPU events; only a trace
+    that has one pays for the full comparison of every event.
+    """
+    gpu = events.lazy().filter(pl.col("kind").is_in(["kernel", "memcpy", "memset"]))
+    key = pl.struct("device", "stream", "start_ns", "end_ns")
+    if not gpu.select(key.is_duplicated().any()).collect().item():
+        return events, 0
+    unique = events.unique(maintain_order=True)
+    return unique, events.height - unique.height
+
+
 def _to_timeline(part: _Parsed, rank: int, rank_source: str, source_path: str) -> Timeline:
     frames = part.frames or [pl.DataFrame(schema=EVENT_SCHEMA)]
     events = _with_copy_kinds(
@@ -797,6 +853,13 @@ def _to_timeline(part: _Parsed, rank: int, rank_source: str, source_path: str) -
     )
     events = events.with_columns(domain=pl.lit(None, pl.Categorical))
     events = events.select(EVENT_SCHEMA.names()).cast(dict(EVENT_SCHEMA))  # type: ignore[arg-type]
+    events, twice = _without_duplicates(events)
+    if twice:
+        part.dropped[_DUPLICATE] += twice
+        part.notes.append(
+            f"{twice} events appear more than once, byte for byte (a trace merged or exported "
+            "twice?): each is counted once"
+        )
     header = part.header
     info = header.get("distributedInfo")
     world = info.get("world_size") if isinstance(info, dict) else None
@@ -833,7 +896,7 @@ def _to_timeline(part: _Parsed, rank: int, rank_source: str, source_path: str) -
         devices=devices,
         quality=DataQuality(
             truncated_files=(str(part.path),) if part.truncated else (),
-            dropped=dict(part.dropped),
+            dropped=_named_drops(part),
             notes=tuple(part.notes),
         ),
     )

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import polars as pl
 
-from traceanalyzer.errors import NoGpuEventsError
+from traceanalyzer.errors import NoGpuEventsError, TraceFormatError
 from traceanalyzer.model import (
     EVENT_SCHEMA,
     KIND,
@@ -100,6 +100,20 @@ class NsysSqliteReader:
         con = sp.open_readonly(path)
         try:
             return _read(con, path).validate()
+        except (
+            pl.exceptions.ComputeError,
+            pl.exceptions.SchemaError,
+            UnicodeDecodeError,
+            sqlite3.Error,
+        ) as exc:
+            # a value of the wrong type where nsys writes integers, text that is not UTF-8,
+            # a page SQLite cannot read: a hand-edited or damaged export
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise TraceFormatError(
+                f"the export is damaged or holds values of the wrong type ({first})",
+                path=path,
+                hint="export it again with `nsys export --type sqlite`",
+            ) from exc
         finally:
             con.close()
 

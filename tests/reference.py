@@ -266,10 +266,12 @@ def idle_causes(
 #: Asynchronous copy calls (blocking when the host memory is pageable).
 ASYNC_COPY = re.compile(r"^(?:cuda|hip)MemcpyAsync$")
 
-#: Communication kernels: NCCL/RCCL/MSCCL/NVSHMEM and custom all-reduce kernels.
+#: Communication kernels: NCCL/RCCL/MSCCL/NVSHMEM, MoE all-to-all (DeepEP, DeepSeek's
+#: `dpsk::ep`, pplx) and custom all-reduce kernels.
 COMM = re.compile(
-    r"nccl|rccl|msccl|nvshmem|multimem_all_?reduce|(?:one|two)_?shot_all_?reduce"
-    r"|cross_device_reduce|custom_?all_?reduce|userbuffers",
+    r"nccl|rccl|msccl|nvshmem|rocshmem|multimem_all_?reduce|(?:one|two)_?shot_all_?reduce"
+    r"|cross_device_reduce|custom_?all_?reduce|userbuffers|allreduce_fusion_kernel|lamport"
+    r"|::internode::|::intranode::|::internode_ll::|\bdispatchKernel<|\bcombineKernel<",
     re.IGNORECASE,
 )
 

@@ -7,6 +7,8 @@ for a clear refusal instead.
 
 from __future__ import annotations
 
+import re
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -95,3 +97,54 @@ def test_known_workloads_show_what_their_readme_says() -> None:
     assert t["kernel_count"] == 6000
     assert t["idle_share"] > 0.93  # "idle about 95 %"
     assert tiny.kernel_histogram.filter(tiny.kernel_histogram["count"] > 0)["hi_ns"].max() <= 2000
+
+
+#: DeepSeek's public DualPipe trace (deepseek-ai/profile-data `train.json`), wherever the
+#: corpus keeps it: DeepEP all-to-all kernels (`dpsk::ep::internode::dispatch/combine/...`)
+#: on their own stream, beside the MoE layers' compute.
+_DEEPSEEK = re.compile(r"deepseek|dualpipe|profile.data", re.IGNORECASE)
+_DEEPEP = re.compile(r"dpsk::ep::|deep_ep::")
+
+
+def _deepseek_traces() -> list[Path]:
+    root = corpus()
+    if root is None:
+        return []
+    found = [p for p in root.rglob("*.json*") if _DEEPSEEK.search(str(p.relative_to(root)))]
+    return sorted(p for p in found if p.suffix in {".json", ".gz"})
+
+
+def test_deepseek_deepep_all_to_all_is_communication() -> None:
+    """The DeepEP kernels' count and time, against a plain loop over the raw JSON events."""
+    traces = _deepseek_traces()
+    if not traces:
+        pytest.skip("DeepSeek's DualPipe trace (deepseek-ai/profile-data) is not in the corpus")
+    for path in traces:
+        doc = reference.load(path)
+        rank = reference.rank_of(doc, path)
+        numbers = reference.device_numbers(doc, rank=rank)
+        deepep: dict[int, list[tuple[int, int]]] = defaultdict(list)
+        comm: dict[int, list[tuple[int, int]]] = defaultdict(list)
+        for ev in doc["traceEvents"]:
+            if not isinstance(ev, dict) or str(ev.get("cat", "")).lower() != "kernel":
+                continue
+            name = str(ev.get("name", ""))
+            if ev.get("ph") != "X" or not reference.COMM.search(name):
+                continue
+            args = ev.get("args") or {}
+            dev = int(args.get("device", ev.get("pid")))
+            lo, hi = numbers[(rank, dev)]["start_ns"], numbers[(rank, dev)]["end_ns"]
+            start = reference.ns(ev["ts"])
+            end = start + reference.ns(ev["dur"])
+            if min(end, hi) > max(start, lo):
+                comm[dev].append((max(start, lo), min(end, hi)))
+                if _DEEPEP.search(name):
+                    deepep[dev].append((max(start, lo), min(end, hi)))
+        assert deepep, path
+        metrics = analyze(read(path))
+        got = {r["device"]: r["comm_ns"] for r in metrics.devices.iter_rows(named=True)}
+        for dev, spans in comm.items():
+            assert got[dev] == reference.union_length(spans), (path, dev)
+            assert got[dev] >= reference.union_length(deepep[dev]) > 0 or dev not in deepep
+        a2a = metrics.collectives.filter(metrics.collectives["collective"] == "all_to_all")
+        assert int(a2a["count"].sum()) >= sum(len(v) for v in deepep.values()), path

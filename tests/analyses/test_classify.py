@@ -16,10 +16,128 @@ from traceanalyzer.analyses.classify import (
     KERNEL_CLASS,
     class_table_markdown,
     collective_kind,
+    collective_of_text,
+    comm_collective,
     kernel_base_name,
     kernel_class,
     kernel_class_rule,
+    launched_by_collective,
+    with_launching_op,
 )
+
+#: Communication kernels beyond NCCL: (kernel name as recorded, collective kind). Names
+#: from the libraries' sources (kernel templates and namespaces, demangled as CUPTI/roctracer
+#: write them) and from the public traces that hold them.
+COMM_CASES: list[tuple[str, str]] = [
+    # RCCL keeps NCCL's kernel names (ROCm traces)
+    ("ncclDevKernel_Generic_4(ncclDevKernelArgsStorage<4096ul>)", "other"),
+    ("ncclKernel_AllReduce_RING_LL_Sum_bf16(ncclDevComm*, unsigned long, ncclWork*)", "all_reduce"),
+    # MSCCL (inside RCCL) and MSCCL++ (executor; its NCCL-API kernels are named for the
+    # collective alone: `named_collective`)
+    ("mscclKernel_Sum_bf16_LL128(ncclDevComm*, mscclAlgo*, mscclWork*)", "other"),
+    (
+        "void mscclpp::executionKernel<__nv_bfloat16, false>(int, __nv_bfloat16*, "
+        "__nv_bfloat16*, __nv_bfloat16*, void*, unsigned long, mscclpp::DeviceExecutionPlan*, "
+        "unsigned long, unsigned int)",
+        "other",
+    ),
+    (
+        "void allreduce8<__nv_bfloat16>(__nv_bfloat16*, __nv_bfloat16*, __nv_bfloat16*)",
+        "all_reduce",
+    ),
+    (
+        "void allgather6(void*, mscclpp::DeviceHandle<mscclpp::MemoryChannel>*, unsigned long)",
+        "all_gather",
+    ),
+    # NVSHMEM device-side collectives and stream barriers
+    (
+        "void nvshmemi_alltoall_on_stream_kernel<int>(int, int*, int const*, unsigned long)",
+        "all_to_all",
+    ),
+    ("nvshmemi_barrier_all_on_stream_kernel()", "other"),
+    # DeepEP (DeepSeek's public DualPipe trace names it `dpsk::ep::*`) and pplx-kernels:
+    # MoE dispatch/combine all-to-all, on their own stream
+    (
+        "void dpsk::ep::internode::dispatch<false, 8, 6, 1, 14, 14, 2>(int4*, float*, long*, "
+        "float*, SourceMeta*, int4 const*, float const*, long const*, float const*, int*)",
+        "all_to_all",
+    ),
+    (
+        "void dpsk::ep::internode::combine<__nv_bfloat16, 8, 4, 12>(int4*, float*, bool*)",
+        "all_to_all",
+    ),
+    (
+        "void deep_ep::internode::notify_dispatch<false, 8>(int const*, int*, int, int const*)",
+        "all_to_all",
+    ),
+    (
+        "void deep_ep::internode_ll::dispatch<false, 9, 7168>(void*, float*, int*, long*, void*)",
+        "all_to_all",
+    ),
+    (
+        "void deep_ep::intranode::combine<__nv_bfloat16, 8, 768>(__nv_bfloat16*, float*)",
+        "all_to_all",
+    ),
+    ("void deep_ep::intranode::barrier<8>(int**, int)", "other"),
+    (
+        "void (anonymous namespace)::dispatchKernel<10u, true, false>(int*, unsigned long, "
+        "std::byte*, unsigned long, unsigned long, float*)",
+        "all_to_all",
+    ),
+    (
+        "void (anonymous namespace)::combineKernel<__nv_bfloat16, __nv_bfloat16, 16u, true, "
+        "true>(__nv_bfloat16*, unsigned long, unsigned int*, unsigned long)",
+        "all_to_all",
+    ),
+    # custom all-reduce: vLLM / SGLang, TensorRT-LLM (also fused with RMSNorm: mostly
+    # communication, so comm)
+    (
+        "void vllm::cross_device_reduce_1stage<__nv_bfloat16, 8>(vllm::RankData*, "
+        "vllm::RankSignals, vllm::Signal*, __nv_bfloat16*, int, int)",
+        "all_reduce",
+    ),
+    (
+        "void sglang::cross_device_reduce_2stage<__nv_bfloat16, 8>(sglang::RankData*, "
+        "sglang::RankSignals, sglang::Signal*, __nv_bfloat16*, int, int)",
+        "all_reduce",
+    ),
+    (
+        "void tensorrt_llm::kernels::oneShotAllReduceKernel<__nv_bfloat16, 8>(AllReduceParams)",
+        "all_reduce",
+    ),
+    (
+        "void tensorrt_llm::kernels::ar_fusion::allreduce_fusion_kernel_oneshot_lamport<"
+        "__nv_bfloat16, 8, true>(tensorrt_llm::kernels::ar_fusion::AllReduceFusionParams)",
+        "all_reduce",
+    ),
+]
+
+#: Names near the communication patterns that are not communication, and why.
+NOT_COMM_CASES: list[tuple[str, str]] = [
+    # a GEMM with a collective fused in: compute (Tensor Core share sees it), never
+    # exposed communication. Constructed from TensorRT-LLM's / flux's naming.
+    ("sm90_gemm_bf16_128x256_allreduce_fusion_kernel", "gemm"),
+    ("void flux::all_gather_matmul_kernel<cutlass::bfloat16_t>(flux::Params)", "gemm"),
+    # DeepEP's layout kernel counts tokens per rank locally: no communication
+    (
+        "void deep_ep::layout::get_dispatch_layout<256, 32, 8>(long const*, int*, int*, int*, "
+        "bool*, int, int, int, int)",
+        "other",
+    ),
+    # "reduce" and "combine" alone are not collectives
+    ("triton_red_fused_all_reduce_0", "memory_bound"),
+    (
+        "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, "
+        "at::native::MeanOps<float, float, float, float>, unsigned int, float, 4> >("
+        "at::native::ReduceOp<float, at::native::MeanOps<float, float, float, float>, unsigned "
+        "int, float, 4>)",
+        "memory_bound",
+    ),
+    (
+        "void flash::combine_attn_seqk_parallel<cutlass::bfloat16_t, 128, 4, 1>(Flash_fwd_params)",
+        "gemm",
+    ),
+]
 
 #: (kernel name as recorded, expected class). Every table row decides at least one case.
 CASES: list[tuple[str, str]] = [
@@ -32,6 +150,22 @@ CASES: list[tuple[str, str]] = [
         ),
         "comm",
     ),
+    # ROCm (public tracelens_rocm traces): Triton flash attention; Composable Kernel's XDL
+    # (MFMA) convolution; a CK elementwise kernel is not matrix math for its `tensor_operation`
+    ("attn_fwd", "gemm"),
+    (
+        "_ZN2ck16tensor_operation6device12_GLOBAL__N_139kernel_grouped_conv_fwd_xdl_cshuffle_"
+        "v3INS_34GridwiseGemmMultiD_xdl_cshuffle_v3INS_13tensor_layout",
+        "gemm",
+    ),
+    (
+        "_ZN2ck16tensor_operation6device12_GLOBAL__N_118kernel_elementwiseINS_16GridwiseElementwise",
+        "memory_bound",
+    ),
+    ("SubTensorOpWithCastTensor1d", "memory_bound"),  # MIOpen elementwise, not CUTLASS tensorop
+    # communication beyond NCCL (COMM_CASES: the names, their collective and their origin)
+    *((name, "comm") for name, _kind in COMM_CASES),
+    *NOT_COMM_CASES,
     ("triton_poi_fused_add_cos_sin_0", "memory_bound"),
     ("triton_poi_fused_addmm_gelu_0", "memory_bound"),
     ("triton_red_fused_native_layer_norm_1", "memory_bound"),
@@ -738,6 +872,8 @@ def test_base_name_drops_void_and_parameters_only() -> None:
         ),
         ("ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)", "other"),
         ("volta_sgemm_128x64_nn", None),
+        *COMM_CASES,
+        *((n, None) for n, c in NOT_COMM_CASES),
     ],
 )
 def test_collective_kind(name: str, expected: str | None) -> None:
@@ -749,3 +885,72 @@ def test_collective_kind(name: str, expected: str | None) -> None:
 def test_kernel_classes_doc_lists_the_table() -> None:
     doc = (REPO / "docs" / "kernel-classes.md").read_text()
     assert class_table_markdown() in doc
+
+
+@pytest.mark.parametrize(
+    ("op", "expected"),
+    [
+        ("record_param_comms", True),
+        ("c10d::allreduce_", True),
+        ("c10d::alltoall_base_", True),
+        ("_c10d_functional::all_gather_into_tensor", True),
+        ("nccl:all_reduce", True),
+        ("symm_mem::multimem_all_reduce_", True),
+        # Gloo runs its collectives on the CPU: its operators launch no kernel
+        ("aten::copy_", False),
+        ("aten::mm", False),
+        ("record_param_comms_extra", False),
+        (None, False),
+    ],
+)
+def test_launched_by_collective(op: str | None, expected: bool) -> None:
+    assert pl.select(launched_by_collective(pl.lit(op, pl.String))).item() is expected
+
+
+def test_launching_collective_op_makes_a_kernel_comm_unless_it_is_a_gemm() -> None:
+    frame = pl.DataFrame(
+        {
+            "name": [
+                "void allgather_custom_impl<float>(float*)",  # unknown name, launched by c10d
+                "void at::native::vectorized_elementwise_kernel<4>(int)",  # by aten::add_
+                "nvjet_sm90_tst_128x64_64x8_1x2_h_bz_NTT",  # a matmul a fused comm op runs
+                "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)",  # no op
+            ],
+            "op_name": [
+                "record_param_comms",
+                "aten::add_",
+                "symm_mem::fused_all_gather_matmul",
+                None,
+            ],
+            "collective": ["allgather", None, None, None],
+        }
+    )
+    out = frame.with_columns(
+        cls=with_launching_op(kernel_class(pl.col("name")), pl.col("op_name"))
+    ).with_columns(
+        coll=comm_collective(
+            pl.col("cls") == "comm", pl.col("name"), pl.col("op_name"), pl.col("collective")
+        )
+    )
+    assert out["cls"].cast(pl.String).to_list() == ["comm", "memory_bound", "gemm", "comm"]
+    # the kernel name names none; the recorded `Collective name` does
+    assert out["coll"].cast(pl.String).to_list() == ["all_gather", None, None, "all_gather"]
+
+
+@pytest.mark.parametrize(
+    ("op", "expected"),
+    [
+        ("c10d::allreduce_", "all_reduce"),
+        ("c10d::_allgather_base_", "all_gather"),
+        ("c10d::_reduce_scatter_base_", "reduce_scatter"),
+        ("c10d::alltoall_base_", "all_to_all"),
+        ("c10d::broadcast_", "broadcast"),
+        ("c10d::send", "send_recv"),
+        ("c10d::recv_", "send_recv"),
+        ("c10d::reduce_", "reduce"),
+        ("c10d::barrier", "other"),
+        ("record_param_comms", "other"),
+    ],
+)
+def test_collective_of_operator_names(op: str, expected: str) -> None:
+    assert pl.select(collective_of_text(pl.lit(op))).item() == expected

@@ -105,6 +105,49 @@ def test_comm_overlap(tmp_path: Path) -> None:
     assert per == {"all_reduce": (1, 100_000, 50_000), "all_gather": (1, 40_000, 40_000)}
 
 
+#: DeepEP's MoE all-to-all as DeepSeek's DualPipe trace names it, on its own stream.
+_DISPATCH = "void dpsk::ep::internode::dispatch<false, 8, 6, 1, 14, 14, 2>(int4*, float*)"
+_COMBINE = "void dpsk::ep::internode::combine<__nv_bfloat16, 8, 4, 12>(int4*, float*, bool*)"
+
+
+def test_moe_all_to_all_on_its_own_stream_is_communication(tmp_path: Path) -> None:
+    # µs: dispatch [1000,1200) under a GEMM [1100,1300); combine [1300,1400) alone
+    events = [
+        kernel(1000, 200, _DISPATCH, stream=30),
+        kernel(1100, 200, "sm90_xmma_gemm_bf16bf16_bf16f32", stream=7),
+        kernel(1300, 100, _COMBINE, stream=30),
+    ]
+    m = analyze(read(write_trace(tmp_path / "ep.json", events)))
+    d = m.devices.row(0, named=True)
+    assert (d["comm_ns"], d["overlapped_comm_ns"], d["exposed_comm_ns"]) == (
+        300_000,
+        100_000,
+        200_000,
+    )
+    per = m.collectives.select("collective", "count", "total_ns", "exposed_ns").rows()
+    assert per == [("all_to_all", 2, 300_000, 200_000)]
+    classes = dict(m.kernel_classes.select("kernel_class", "total_ns").iter_rows())
+    assert classes["comm"] == 300_000
+
+
+def test_a_kernel_launched_by_a_collective_op_is_communication(tmp_path: Path) -> None:
+    # a custom collective kernel whose name says nothing, launched by record_param_comms
+    # (the c10d wrapper) under c10d::alltoall_base_; an elementwise kernel beside it is not
+    events = [
+        cpu_op(90, 30, "c10d::alltoall_base_", **{"External id": 50}),
+        cpu_op(95, 20, "record_param_comms", **{"External id": 1, "Collective name": "all_to_all"}),
+        launch(100, 2, corr=1),
+        kernel(1000, 100, "void my_ep_exchange<float>(float*)", stream=30, corr=1),
+        cpu_op(130, 10, "aten::add_", **{"External id": 2}),
+        launch(132, 2, corr=2),
+        kernel(1200, 50, "void at::native::vectorized_elementwise_kernel<4>(int)", corr=2),
+    ]
+    m = analyze(read(write_trace(tmp_path / "op.json", events)))
+    d = m.devices.row(0, named=True)
+    assert (d["comm_ns"], d["exposed_comm_ns"]) == (100_000, 100_000)
+    assert m.collectives.select("collective", "count").rows() == [("all_to_all", 1)]
+
+
 def test_no_comm_gives_null_overlap_share(tmp_path: Path) -> None:
     m = analyze(read(write_trace(tmp_path / "n.json", [kernel(10, 5, "k")])))
     d = m.devices.row(0, named=True)

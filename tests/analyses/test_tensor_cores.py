@@ -79,6 +79,23 @@ TSV_SUBSET: list[tuple[str, str]] = [
     ("no", "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"),
     ("no", "triton_poi_fused_addmm_gelu_0"),
     ("unknown", "triton_tem_fused_mm_0"),
+    # ROCm (public tracelens_rocm traces): rocBLAS/Tensile MFMA tiles, Composable Kernel XDL
+    # convolutions; a CK elementwise kernel carries `tensor_operation`, not a matrix core
+    (
+        "tc",
+        "Cijk_Alik_Bljk_B_BS_BH_Bias_HA_S_SAV_UserArgs_MT16x16x128_MI16x16x1_SN_LDSB0_AFC1",
+    ),
+    (
+        "tc",
+        "_ZN2ck16tensor_operation6device12_GLOBAL__N_139kernel_grouped_conv_fwd_xdl_cshuffle_"
+        "v3INS_34GridwiseGemmMultiD_xdl_cshuffle_v3INS_13tensor_layout",
+    ),
+    (
+        "no",
+        "_ZN2ck16tensor_operation6device12_GLOBAL__N_118kernel_elementwiseINS_16GridwiseElementwise",
+    ),
+    ("no", "SubTensorOpWithScalar1d"),  # MIOpen's elementwise tensor op
+    ("no", "SubTensorOpWithCastTensor1d"),
 ]
 
 

@@ -212,9 +212,18 @@ def _drop_steps(
 def _classified(timeline: Timeline, kernels_in: pl.LazyFrame) -> pl.LazyFrame:
     """Kernels in the windows with kernel_class, is_comm, collective_kind and the Tensor
     Core verdict (name rules run once per distinct name)."""
-    return tensor_cores.add_verdicts(kernels_in.drop("launch_ns"), timeline).with_columns(
-        is_comm=pl.col("kernel_class") == "comm",
-        collective_kind=classify.collective_kind(pl.col("name")),
+    is_comm = pl.col("kernel_class") == "comm"
+    return (
+        tensor_cores.add_verdicts(kernels_in.drop("launch_ns"), timeline)
+        .with_columns(is_comm=is_comm)
+        .with_columns(
+            collective_kind=classify.comm_collective(
+                is_comm,
+                pl.col("name"),
+                pl.col("op_name"),
+                pl.coalesce(pl.col("collective"), pl.col("op_collective")),
+            )
+        )
     )
 
 

@@ -12,8 +12,10 @@ below, rendered into `docs/kernel-classes.md` by `class_table_markdown()`):
   `multi_tensor_apply`, embedding/index/gather/scatter, fill, sort/scan.
 - `copy_cast`: copies and dtype casts (`direct_copy_kernel`, `bfloat16_copy_kernel`,
   `CatArrayBatchedCopy`, layout transposes/permutes, (de)quantisation).
-- `comm`: collective-library kernels (NCCL, RCCL, MSCCL, NVSHMEM, symmetric-memory
-  all-reduce).
+- `comm`: communication kernels: NCCL and RCCL, MSCCL/MSCCL++, NVSHMEM, MoE all-to-all
+  (DeepEP, pplx-kernels), custom all-reduce (vLLM/SGLang, symmetric memory, TensorRT-LLM).
+  A kernel whose name says nothing but that a collective operator launched
+  (`record_param_comms`, `c10d::*`: see `COMM_OP_REGEX`) is communication too.
 - `other`: anything no row matches.
 
 How a name is matched:
@@ -23,12 +25,13 @@ How a name is matched:
    (`cudnnConvolutionStruct`, `GenericPackedTensorAccessor`) that say nothing about the
    kernel. Template arguments stay: they carry the functor (`bfloat16_copy_kernel_cuda`).
 2. Rows are tried top to bottom, case-insensitively; the first that matches decides.
-   The order is the precedence: **comm**, then the few non-matmul kernels that live inside
-   GEMM and attention libraries (split-K reductions, layout conversions, FlashAttention
-   combine/convert helpers) and Inductor's pointwise/reduction kernels (whose fused names
-   mention `addmm`), then **gemm**, then **copy_cast**, then **memory_bound**. One row maps
-   cuDNN's offset-precomputation kernels to `other` explicitly, so that the `wgrad` in
-   their names does not make them convolutions.
+   The order is the precedence: GEMMs with a fused collective, **comm**, then the few
+   non-matmul kernels that live inside GEMM and attention libraries (split-K reductions,
+   layout conversions, FlashAttention combine/convert helpers) and Inductor's
+   pointwise/reduction kernels (whose fused names mention `addmm`), then **gemm**, then
+   **copy_cast**, then **memory_bound**. One row maps cuDNN's offset-precomputation
+   kernels to `other` explicitly, so that the `wgrad` in their names does not make them
+   convolutions.
 
 Everything here is a polars expression: the table is looped over once to build one
 `pl.when` chain, never over events, and the chain runs once per distinct name
@@ -75,22 +78,78 @@ MMA_SHAPE_REGEX = (
     r"(?:^|[_\W])[hsi](?:884|1688|16816|8816|16832|161616|\d+x\d+x\d+)"
     r"(?:gemm|cudnn|fprop|dgrad|wgrad)"
 )
+#: CUTLASS's Tensor Core op class in kernel names (`cutlass_80_tensorop_s1688gemm`,
+#: `cutlass::arch::OpClassTensorOp`, `ColumnMajorTensorOpMultiplicand`); not MIOpen's
+#: elementwise `SubTensorOpWithScalar1d` nor Composable Kernel's `ck::tensor_operation`
+#: namespace, which its elementwise kernels carry too.
+TENSOROP_REGEX = r"_tensorop_|opclasstensorop|tensoropmultiplicand|tensor_op(?:[^e]|$)"
 #: Instruction tokens that only Tensor Core (matrix core) kernels carry. Shared with
 #: `tensor_cores.py`: any name carrying one is a GEMM-class kernel.
 TC_INSTRUCTION_REGEX = (
-    r"hmma|imma|qmma|w?gmma|tcgen05|mfma|tensorop|tensor_op|wmma|tensor\d+x\d+x\d+"
-    r"|_mi\d+x\d+x\d+_|" + MMA_SHAPE_REGEX
+    r"hmma|imma|qmma|w?gmma|tcgen05|mfma|_xdl_|xdlops|wmma|tensor\d+x\d+x\d+|"
+    + TENSOROP_REGEX
+    + r"|_mi\d+x\d+x\d+_|"
+    + MMA_SHAPE_REGEX
 )
 
 #: The ordered class table. First match wins; see the module docstring for the order.
 CLASS_PATTERNS: tuple[KernelPattern, ...] = (
     KernelPattern(
-        "collective",
+        "gemm_with_collective",
+        "gemm",
+        r"(?:gemm|matmul)\w*?(?:all_?reduce|reduce_?scatter|all_?gather|all_?to_?all)"
+        r"|(?:all_?reduce|reduce_?scatter|all_?gather|all_?to_?all)\w*?(?:gemm|matmul)",
+        "a matrix multiply with a collective fused into it (`gemm_allreduce_fusion`, "
+        "`all_gather_matmul`): GEMM work whose communication hides inside it, so counted as "
+        "compute (Tensor Core share sees it; it is never exposed communication)",
+    ),
+    KernelPattern(
+        "nccl",
         "comm",
-        r"nccl|rccl|msccl|nvshmem|multimem_all_?reduce|(?:one|two)_?shot_all_?reduce"
-        r"|cross_device_reduce|custom_?all_?reduce|userbuffers",
-        "NCCL (`ncclKernel_*`, `ncclDevKernel_*`), RCCL, MSCCL, NVSHMEM, "
-        "symmetric-memory and custom all-reduce kernels",
+        r"nccl|rccl",
+        "NCCL (`ncclKernel_*`, `ncclDevKernel_*`) and RCCL on AMD, which keeps NCCL's kernel "
+        "names (`ncclDevKernel_Generic_4`)",
+    ),
+    KernelPattern(
+        "msccl",
+        "comm",
+        r"msccl",
+        "MSCCL (`mscclKernel_*`, also inside RCCL) and MSCCL++ (`mscclpp::*`)",
+    ),
+    KernelPattern(
+        "nvshmem",
+        "comm",
+        r"nvshmem|rocshmem",
+        "NVSHMEM / rocSHMEM device collectives and transfers (`nvshmemi_*`, "
+        "`nvshmemx_barrier_all_on_stream`)",
+    ),
+    KernelPattern(
+        "moe_all_to_all",
+        "comm",
+        r"(?:deep_?ep|dpsk::ep)::(?:intranode|internode|internode_ll)::"
+        r"|(?:^|::)(?:dispatch|combine)kernel<",
+        "MoE expert-parallel all-to-all: DeepEP (`deep_ep::internode::dispatch`, "
+        "`deep_ep::internode_ll::combine`, DeepSeek's `dpsk::ep::*`; its local "
+        "`layout::get_dispatch_layout` is not communication) and pplx-kernels "
+        "(`dispatchKernel<...>`, `combineKernel<...>`)",
+    ),
+    KernelPattern(
+        "custom_all_reduce",
+        "comm",
+        r"multimem_all_?reduce|(?:one|two)_?shot_?all_?reduce|cross_device_reduce"
+        r"|custom_?all_?reduce|allreduce_fusion_kernel|lamport|userbuffers",
+        "custom all-reduce kernels: vLLM/SGLang `cross_device_reduce_1stage/2stage`, "
+        "PyTorch symmetric memory `multimem_all_reduce`, `one_shot_all_reduce`, TensorRT-LLM "
+        "`oneShotAllReduceKernel` and `allreduce_fusion_kernel_*` (all-reduce fused with "
+        "RMSNorm: mostly communication), Transformer Engine userbuffers",
+    ),
+    KernelPattern(
+        "named_collective",
+        "comm",
+        r"^(?:\w+::)*(?:all_?reduce|all_?gather|reduce_?scatter|all_?to_?all)"
+        r"(?:\d+|_?kernel|_?allpairs|_?packet)*(?:<|$)",
+        "a kernel named for a collective and nothing else (MSCCL++'s `allreduce8<...>`, "
+        "`allgather6`): names that merely contain `reduce` are reductions, not this",
     ),
     KernelPattern(
         "inductor_pointwise",
@@ -128,7 +187,8 @@ CLASS_PATTERNS: tuple[KernelPattern, ...] = (
         TC_INSTRUCTION_REGEX,
         "any Tensor Core / matrix-core token: `hmma`, `gmma`/`wgmma`, `imma`, `tensorop`, "
         "`wmma`, `tensor16x8x16`, MMA shapes (`s16816gemm`, `h884gemm`, `s1688cudnn`), "
-        "AMD `mfma`/`MI16x16x1`",
+        "AMD `mfma`/`MI16x16x1`, Composable Kernel `_xdl_` (not its `ck::tensor_operation` "
+        "namespace)",
     ),
     KernelPattern(
         "blas_gemm",
@@ -143,10 +203,10 @@ CLASS_PATTERNS: tuple[KernelPattern, ...] = (
         "attention",
         "gemm",
         r"flash_fwd|flash_bwd|flashattn|flash_attn|flash::|fmha|native_sdpa"
-        r"|attentionkernel|attentionbackwardkernel",
+        r"|attentionkernel|attentionbackwardkernel|^_?attn_(?:fwd|bwd)",
         "fused attention: FlashAttention 2/3, memory-efficient attention "
         "(`fmha_cutlass*`), cuDNN SDPA (`cudnn_generated_fort_native_sdpa_*`), "
-        "TensorRT-LLM `fmha*`",
+        "TensorRT-LLM `fmha*`, ROCm's Triton flash attention (`attn_fwd`, `_attn_bwd`)",
     ),
     KernelPattern(
         "triton_matmul",
@@ -195,8 +255,9 @@ CLASS_PATTERNS: tuple[KernelPattern, ...] = (
         "memory_bound",
         r"elementwise|pointwise|functor|fill|reduce|pool|upsample|dropout|distribution"
         r"|loss|nll|criterion|scalepackedtensor|rotary|silu|gelu"
-        r"|relu|sigmoid|tanh|at::native::|cub::",
-        "elementwise, fill, reductions, pooling, dropout/RNG, losses, any other ATen native kernel",
+        r"|relu|sigmoid|tanh|at::native::|cub::|subtensorop|^op\dd?tensor|^optensor",
+        "elementwise, fill, reductions, pooling, dropout/RNG, losses, any other ATen native "
+        "kernel, MIOpen tensor ops (`SubTensorOpWithScalar1d`, `Op2dTensorGeneric`)",
     ),
 )
 
@@ -211,16 +272,29 @@ _CLASS_OF_RULE: dict[str, str] = {p.key: p.kernel_class for p in CLASS_PATTERNS}
 #: parentheses (`(at::native::(anonymous namespace)::OpaqueType<2u>*, ...)`).
 _PARAMS_REGEX = r"\((?:[^()]|\([^()]*\))*\)\s*$"
 
-#: Collective names in kernel names, ordered: `AllReduce` before `Reduce`.
+#: Collective names in kernel (and collective operator) names, ordered: `AllReduce` before
+#: `Reduce`, barriers (no data) before everything.
 _COLLECTIVE_PATTERNS: tuple[tuple[str, str], ...] = (
-    ("all_reduce", r"all_?reduce|shot_all|cross_device_reduce"),
+    ("other", r"barrier"),
+    ("all_reduce", r"all_?reduce|shot_all|cross_device_reduce|allreduce_fusion|lamport"),
     ("reduce_scatter", r"reduce_?scatter"),
     ("all_gather", r"all_?gather"),
-    ("all_to_all", r"all_?to_?all"),
+    (
+        "all_to_all",
+        r"all_?to_?all|(?:intranode|internode|internode_ll)::|(?:dispatch|combine)kernel<",
+    ),
     ("broadcast", r"broadcast|bcast"),
-    ("send_recv", r"sendrecv|send_?recv|_send_|_recv_|kernel_send|kernel_recv"),
-    ("reduce", r"kernel_reduce|_reduce_"),
+    ("send_recv", r"sendrecv|send_?recv|_send_|_recv_|kernel_send|kernel_recv|::send$|::recv_?$"),
+    ("reduce", r"kernel_reduce|_reduce_|::reduce_$"),
 )
+
+#: CPU operators that launch a collective's kernels: c10d's `record_param_comms` (torch's
+#: wrapper around every c10d call, the launching op in Kineto traces), the `c10d::*` ops
+#: themselves, `nccl:*` record_function ranges, PyTorch symmetric memory (`symm_mem::*`)
+#: and functional collectives. A kernel launched directly by one of these (its launch's
+#: innermost operator) is communication whatever its name. Gloo runs collectives on the CPU:
+#: a `gloo:*` operator launches no kernel, so it does not show up here.
+COMM_OP_REGEX = r"^(?:record_param_comms|c10d::\w+|_?c10d_functional::\w+|nccl:\w+|symm_mem::\w+)$"
 
 
 def kernel_base_name(name: pl.Expr) -> pl.Expr:
@@ -307,6 +381,52 @@ def collective_kind(name: pl.Expr) -> pl.Expr:
     collective (`ncclDevKernel_Generic`) is "other".
     """
     return per_distinct(name, _collective_of, COLLECTIVE_KIND)
+
+
+def launched_by_collective(op_name: pl.Expr) -> pl.Expr:
+    """True where the launching operator's name is a collective operator (`COMM_OP_REGEX`);
+    False for any other operator and where none is linked (null)."""
+    return op_name.cast(pl.String).str.contains(COMM_OP_REGEX).fill_null(False)
+
+
+def with_launching_op(kernel_class: pl.Expr, op_name: pl.Expr) -> pl.Expr:
+    """The class decided by the name, made `comm` where a collective operator launched the
+    kernel (`launched_by_collective`), unless the name says GEMM: a matrix multiply that a
+    fused collective operator runs (`symm_mem::fused_all_gather_matmul` launches cuBLAS) is
+    compute."""
+    comm_op = launched_by_collective(op_name) & (kernel_class != "gemm")
+    return (
+        pl.when(comm_op)
+        .then(pl.lit("comm", KERNEL_CLASS))
+        .otherwise(kernel_class)
+        .cast(KERNEL_CLASS)
+    )
+
+
+def collective_of_text(text: pl.Expr) -> pl.Expr:
+    """The collective a text names (an operator name, a recorded `Collective name`), by the
+    same table as kernel names; "other" where it names none, null for null."""
+    return _first_match(text.cast(pl.String), _COLLECTIVE_PATTERNS, "other", COLLECTIVE_KIND)
+
+
+def comm_collective(
+    is_comm: pl.Expr, name: pl.Expr, op_name: pl.Expr, recorded: pl.Expr
+) -> pl.Expr:
+    """The collective of each communication kernel (null for the others): what the kernel
+    name says, else what its launching collective operator says (`c10d::alltoall_base_` →
+    all_to_all), else the collective the trace recorded on the kernel (`Collective name`),
+    else "other"."""
+    said = [
+        collective_kind(name),
+        per_distinct(op_name, collective_of_text, COLLECTIVE_KIND),
+        per_distinct(recorded, collective_of_text, COLLECTIVE_KIND),
+    ]
+    known = [pl.when(k != "other").then(k) for k in said]
+    return (
+        pl.when(is_comm)
+        .then(pl.coalesce(*known, pl.lit("other", COLLECTIVE_KIND)))
+        .cast(COLLECTIVE_KIND)
+    )
 
 
 def class_table_markdown() -> str:

@@ -43,7 +43,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceanalyzer.analyses.classify import collective_kind, kernel_class
+from traceanalyzer.analyses.classify import comm_collective, kernel_class, with_launching_op
+from traceanalyzer.analyses.operators import collective_launches
 from traceanalyzer.model import Kind, Timeline
 
 #: Kinds an edge's time is charged to (`gpu_*` make up gpu_compute; `cpu_launch` is cpu).
@@ -115,7 +116,7 @@ def gpu_ops(
     starting before the device's first launched work). `work`: the GPU work with its
     launches (windows.gpu_work_linked), where already computed.
     """
-    cls = kernel_class(pl.col("name"))
+    cls = with_launching_op(kernel_class(pl.col("name")), pl.col("op_name"))
     work_kind = (
         pl.when(pl.col("kind") != Kind.KERNEL.value)
         .then(pl.lit("copy"))
@@ -129,6 +130,8 @@ def gpu_ops(
         if work is None
         else work.lazy().rename({"launch_ns": "launch_start_ns"})
     )
+    # a kernel a collective operator launched is communication whatever its name
+    source = source.join(collective_launches(timeline), on=["rank", "correlation"], how="left")
     links = source.select(
         "rank",
         "device",
@@ -137,7 +140,12 @@ def gpu_ops(
         "start_ns",
         "end_ns",
         work_kind=work_kind,
-        coll=collective_kind(pl.col("name")),
+        coll=comm_collective(
+            work_kind == "comm",
+            pl.col("name"),
+            pl.col("op_name"),
+            pl.coalesce(pl.col("collective"), pl.col("op_collective")),
+        ),
         launch_start_ns="launch_start_ns",
         launch_end_ns="launch_end_ns",
         pid="launch_pid",

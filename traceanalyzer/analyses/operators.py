@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceanalyzer.analyses.classify import launched_by_collective
 from traceanalyzer.model import Kind, Timeline
 
 #: The text columns a recorded shape is read from; equal texts decode to equal values.
@@ -89,4 +90,41 @@ def launch_ops(timeline: Timeline) -> pl.LazyFrame:
         )
         .group_by("rank", "correlation")
         .agg(op_link=pl.col("external_id").first(), launch_ns=pl.col("start_ns").min())
+    )
+
+
+def collective_launches(timeline: Timeline) -> pl.LazyFrame:
+    """rank, correlation, op_name, op_collective (the collective it recorded): the launches
+    a collective operator made itself
+    (`classify.COMM_OP_REGEX`: `record_param_comms`, `c10d::*`, ...), the launch call
+    starting inside the operator. The few collective operators are found among the distinct
+    operator names first; a trace without any gives no rows at once."""
+    events = timeline.events.lazy()
+    ops = events.filter(pl.col("kind") == Kind.CPU_OP.value)
+    names = (
+        ops.select(pl.col("name").unique()).filter(launched_by_collective(pl.col("name"))).collect()
+    )
+    if names.height == 0:
+        return pl.LazyFrame(
+            schema={
+                "rank": pl.Int32(),
+                "correlation": pl.Int64(),
+                "op_name": pl.String(),
+                "op_collective": pl.Categorical(),
+            }
+        )
+    collective_ops = ops.join(names.lazy(), on="name", how="semi").select(
+        "rank",
+        "external_id",
+        op_start="start_ns",
+        op_end="end_ns",
+        op_name=pl.col("name").cast(pl.String),
+        op_collective="collective",
+    )
+    return (
+        launch_ops(timeline)
+        .join(collective_ops, left_on=["rank", "op_link"], right_on=["rank", "external_id"])
+        .filter(pl.col("launch_ns").is_between(pl.col("op_start"), pl.col("op_end")))
+        .group_by("rank", "correlation")
+        .agg(pl.col("op_name").first(), pl.col("op_collective").first())
     )

@@ -64,9 +64,11 @@ from polars.expr.whenthen import ChainedThen, Then
 
 from traceanalyzer.analyses.classify import (
     MMA_SHAPE_REGEX,
+    TENSOROP_REGEX,
     class_of,
     kernel_base_name,
     per_distinct,
+    with_launching_op,
 )
 from traceanalyzer.analyses.devices import share
 from traceanalyzer.model import Kind, Timeline
@@ -105,8 +107,16 @@ TC_NAME_RULES: tuple[NameRule, ...] = (
     NameRule("fmha_mma", "tc", r"fmha_cutlass", "name: fmha_cutlass on Sm70+/Sm80+ (mma)"),
     NameRule("gmma", "tc", r"w?gmma|tcgen05", "name: wgmma"),
     NameRule("hmma", "tc", r"hmma|imma|qmma", "name: hmma/imma"),
-    NameRule("mfma", "tc", r"mfma|_mi\d+x\d+x\d+_", "name: AMD MFMA (matrix core)"),
-    NameRule("tensorop", "tc", r"tensorop|tensor_op|wmma", "name: tensorop"),
+    NameRule(
+        "mfma",
+        "tc",
+        r"mfma|_mi\d+x\d+x\d+_|_xdl_|xdlops",
+        "name: AMD MFMA (matrix core)",
+    ),
+    # CUTLASS's `_tensorop_` / `TensorOpMultiplicand`, not MIOpen's elementwise
+    # `SubTensorOpWithScalar1d` nor Composable Kernel's namespace `ck::tensor_operation`,
+    # which every CK kernel carries, elementwise ones too
+    NameRule("tensorop", "tc", TENSOROP_REGEX + "|wmma", "name: tensorop"),
     NameRule("mma_tile", "tc", r"tensor\d+x\d+x\d+", "name: tensor MxNxK tile"),
     NameRule("mma_shape", "tc", MMA_SHAPE_REGEX, "name: MMA shape (s16816/s1688/h884)"),
     NameRule("nvjet", "tc", r"nvjet", "name: nvjet (cuBLAS Hopper+ wgmma)"),
@@ -288,12 +298,14 @@ def _launching_ops(
             op_types=pl.col("input_types").last(),
             op_start_ns=pl.col("start_ns").last(),
             op_end_ns=pl.col("end_ns").last(),
+            op_collective=pl.col("collective").last(),
         )
         .select(
             "rank",
             "op_name",
             "op_start_ns",
             "op_end_ns",
+            "op_collective",
             op_external_id="external_id",
             op_dtype=dtype_verdict(pl.col("op_types")),
         )
@@ -302,13 +314,16 @@ def _launching_ops(
 
 
 def add_verdicts(kernels: pl.LazyFrame, timeline: Timeline) -> pl.LazyFrame:
-    """Add kernel_class, op_name, op_dtype, verdict and evidence to a frame of kernels.
+    """Add kernel_class, op_name, op_dtype, op_collective (the collective the launching
+    operator recorded, `record_param_comms`' `Collective name`), verdict and evidence to a
+    frame of kernels.
 
     `kernels` needs rank, correlation and name (an `external_id` column, where present,
     is the fallback link when the launch was not recorded); all its columns are kept. The
     launching operator comes from `timeline`; a link is kept only where the launch call
     started inside the operator (some producers write the correlation id as the launch's
-    external id, which could otherwise hit an unrelated operator). Name rules run once per
+    external id, which could otherwise hit an unrelated operator). A kernel that a collective
+    operator launched is `comm` (`classify.with_launching_op`). Name rules run once per
     distinct name.
     """
     launches, ops = _launching_ops(timeline.events.lazy(), kernels)
@@ -334,8 +349,10 @@ def add_verdicts(kernels: pl.LazyFrame, timeline: Timeline) -> pl.LazyFrame:
         .with_columns(
             op_name=pl.when(inside).then(pl.col("op_name")),
             op_dtype=pl.when(inside).then(pl.col("op_dtype")),
+            op_collective=pl.when(inside).then(pl.col("op_collective")),
         )
         .join(names, on="name", how="left")
+        .with_columns(kernel_class=with_launching_op(pl.col("kernel_class"), pl.col("op_name")))
     )
     name_says = _verdict_of_rule(pl.col("_rule"))
     undecided_gemm = (pl.col("kernel_class") == "gemm") & (name_says == "unknown")

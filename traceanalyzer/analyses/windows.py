@@ -94,7 +94,17 @@ def gpu_work_linked(timeline: Timeline, markers: pl.LazyFrame) -> pl.DataFrame:
 
 
 #: The GPU work columns the critical path reads (critical_graph.gpu_ops), besides the launch.
-CRITICAL_PATH_COLUMNS = ("rank", "device", "stream", "kind", "name", "start_ns", "end_ns")
+CRITICAL_PATH_COLUMNS = (
+    "rank",
+    "device",
+    "stream",
+    "kind",
+    "name",
+    "start_ns",
+    "end_ns",
+    "correlation",
+    "collective",
+)
 
 
 def launch_keys(timeline: Timeline, markers: pl.LazyFrame) -> pl.DataFrame | None:

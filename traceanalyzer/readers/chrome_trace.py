@@ -35,6 +35,7 @@ import polars as pl
 from traceanalyzer.errors import TraceAnalyzerError, TraceFormatError, UnsupportedTraceError
 from traceanalyzer.model import (
     EVENT_SCHEMA,
+    GPU_KINDS,
     KIND,
     DataQuality,
     DeviceInfo,
@@ -45,6 +46,7 @@ from traceanalyzer.model import (
     combine,
 )
 from traceanalyzer.readers.base import ByteSource, head_bytes
+from traceanalyzer.readers.device_match import match_devices
 from traceanalyzer.readers.json_scan import EventSplitter, exact_text, needs_exact_timestamps
 
 #: Bytes read per block. Peak memory is a few blocks plus the parsed columns.
@@ -863,7 +865,7 @@ def _to_timeline(part: _Parsed, rank: int, rank_source: str, source_path: str) -
     header = part.header
     info = header.get("distributedInfo")
     world = info.get("world_size") if isinstance(info, dict) else None
-    devices = tuple(
+    listed = tuple(
         DeviceInfo(
             rank=rank,
             device=int(d.get("id", i)),
@@ -879,6 +881,8 @@ def _to_timeline(part: _Parsed, rank: int, rank_source: str, source_path: str) -
         for i, d in enumerate(header.get("deviceProperties") or [])
         if isinstance(d, dict)
     )
+    used = events.filter(pl.col("kind").is_in(GPU_KINDS))["device"].drop_nulls().unique()
+    devices, device_notes = match_devices(listed, used.to_list())
     version = header.get("schemaVersion")
     meta = TraceMeta(
         path=source_path,
@@ -897,7 +901,7 @@ def _to_timeline(part: _Parsed, rank: int, rank_source: str, source_path: str) -
         quality=DataQuality(
             truncated_files=(str(part.path),) if part.truncated else (),
             dropped=_named_drops(part),
-            notes=tuple(part.notes),
+            notes=(*part.notes, *device_notes),
         ),
     )
     return Timeline(events=events, meta=meta)

@@ -19,9 +19,9 @@ from traceanalyzer.report import Report, build_report
 from traceanalyzer.rules import Context, Severity, run_rules
 
 
-def load(path: str | Path) -> Timeline:
-    """Read a trace file or a folder of per-rank files."""
-    return read(path)
+def load(path: str | Path, export_dir: Path | None = None) -> Timeline:
+    """Read a trace file or a folder of per-rank files (`export_dir`: see `readers.read`)."""
+    return read(path, export_dir)
 
 
 def report(
@@ -31,10 +31,12 @@ def report(
     launch_gap_max_ns: int = LAUNCH_GAP_MAX_NS,
     settings: Settings | None = None,
     all_steps: bool = False,
+    export_dir: Path | None = None,
 ) -> Report:
-    """Load, analyze, diagnose and build the report of one trace."""
+    """Load, analyze, diagnose and build the report of one trace (`export_dir`: where the
+    SQLite exports of Nsight Systems reports are kept; default: a temporary folder)."""
     preload()
-    timeline = load(path)
+    timeline = load(path, export_dir)
     metrics: Metrics = analyze(
         timeline,
         top_n=top_n,

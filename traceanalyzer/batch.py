@@ -221,6 +221,7 @@ def analyse_run(job: Job) -> dict[str, Any]:
             settings=opts.settings,
             step_pattern=opts.step_pattern,
             all_steps=opts.all_steps,
+            export_dir=out / ".cache" / "exports",
         )
         api.write(rep, "json", str(report_path))
         if job.html:

@@ -100,6 +100,14 @@ def cli() -> None:
     is_flag=True,
     help="Keep warm-up and outlier steps in the analysed window (default: left out).",
 )
+@click.option(
+    "--nsys",
+    "nsys",
+    type=click.Path(path_type=str, dir_okay=False),
+    default=None,
+    metavar="PATH",
+    help="The nsys binary that exports .nsys-rep reports (default: NSYS, then PATH).",
+)
 @click.option("--debug", is_flag=True, help="Show tracebacks for input errors.")
 def report(
     trace: str,
@@ -112,12 +120,15 @@ def report(
     overrides: tuple[str, ...],
     fail_on: str | None,
     all_steps: bool,
+    nsys: str | None,
     debug: bool,
 ) -> None:
     """Report where GPU time went in TRACE: a torch.profiler trace (.json, .json.gz), a folder
-    of per-rank traces, or an Nsight Systems SQLite export."""
+    of per-rank traces, an Nsight Systems SQLite export, or an Nsight Systems report
+    (.nsys-rep, exported with nsys)."""
 
     def job() -> None:
+        _use_nsys(nsys)
         settings = load_settings(config, overrides, fail_on)
         rep = api.report(
             trace,
@@ -225,6 +236,14 @@ def annotate(
 @click.option(
     "--set", "overrides", multiple=True, metavar="CODE.NAME=VALUE", help="As for `report`."
 )
+@click.option(
+    "--nsys",
+    "nsys",
+    type=click.Path(path_type=str, dir_okay=False),
+    default=None,
+    metavar="PATH",
+    help="The nsys binary that exports .nsys-rep reports (default: NSYS, then PATH).",
+)
 @click.option("--debug", is_flag=True, help="Show tracebacks for input errors.")
 def batch(
     paths: tuple[str, ...],
@@ -239,6 +258,7 @@ def batch(
     all_steps: bool,
     config: Path | None,
     overrides: tuple[str, ...],
+    nsys: str | None,
     debug: bool,
 ) -> None:
     """Analyse many runs (PATHS: trace files, folders, globs, .tar/.tar.gz/.zip archives)
@@ -246,6 +266,7 @@ def batch(
     a cached run is analysed again when they change."""
 
     def job() -> None:
+        _use_nsys(nsys)
         options = Options(load_settings(config, overrides), step_pattern, all_steps)
         summary = run_batch_with_progress(
             list(paths),
@@ -330,6 +351,12 @@ def show_rule(code: str) -> None:
 def schema() -> None:
     """Print the timeline's event schema."""
     click.echo(schema_markdown(), nl=False)
+
+
+def _use_nsys(nsys: str | None) -> None:
+    """`--nsys PATH`: the nsys that exports reports, here and in batch's workers."""
+    if nsys:
+        os.environ["NSYS"] = nsys
 
 
 def _run(job: Callable[[], None], debug: bool) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from traceanalyzer.errors import TraceFormatError, UnsupportedTraceError
 from traceanalyzer.model import Timeline
+from traceanalyzer.readers import nsys_rep
 from traceanalyzer.readers.base import SQLITE_MAGIC, Reader, head_bytes
 from traceanalyzer.readers.chrome_trace import ChromeTraceReader
 from traceanalyzer.readers.nsys_sqlite import NsysSqliteReader
@@ -46,12 +47,16 @@ def detect(path: Path) -> Reader:
     )
 
 
-def read(path: Path | str) -> Timeline:
+def read(path: Path | str, export_dir: Path | None = None) -> Timeline:
     """Read a trace file or a folder of per-rank trace files into a validated Timeline.
 
     A gzip-compressed Nsight SQLite export (`run.sqlite.gz`) is decompressed into a temporary
-    folder (never beside the input), read, and removed; the report names the input."""
+    folder (never beside the input), read, and removed; an Nsight Systems report
+    (`run.nsys-rep`) is exported there with `nsys` (see `nsys_rep`; `export_dir` keeps the
+    exports by content hash). The report names the input."""
     p = Path(path)
+    if nsys_rep.is_report(p):
+        return _renamed(nsys_rep.read_report(p, READERS["nsys"].read, export_dir), p)
     if p.is_file() and not READERS["nsys"].sniff(p) and head_bytes(p, 16) == SQLITE_MAGIC:
         return _read_gzipped_sqlite(p)
     reader = detect(p)

@@ -23,7 +23,9 @@ from pathlib import Path
 from traceanalyzer.errors import TraceFormatError
 from traceanalyzer.readers.base import GZIP_MAGIC, SQLITE_MAGIC
 
-_TRACE_NAME = re.compile(r"\.(?:json|json\.gz|sqlite|nsys-rep\.sqlite)$", re.IGNORECASE)
+_TRACE_NAME = re.compile(r"\.(?:json|json\.gz|sqlite|sqlite\.gz|nsys-rep|qdrep)$", re.IGNORECASE)
+#: Nsight files are one run each, whatever their names say (`rank0.nsys-rep`).
+_NSYS_NAME = re.compile(r"\.(?:sqlite|sqlite\.gz|nsys-rep|qdrep)$", re.IGNORECASE)
 _RANK_NAME = re.compile(r"(?:rank|worker)[-_]?\d+", re.IGNORECASE)
 _ARCHIVE = re.compile(r"\.(?:tar|tar\.gz|tgz|zip)$", re.IGNORECASE)
 
@@ -54,7 +56,7 @@ def _runs_in_folder(folder: Path, prefix: str) -> list[Run]:
     """Runs under `folder`: rank-file folders as one run each, other trace files one by one."""
     runs: list[Run] = []
     files = sorted(p for p in folder.iterdir() if p.is_file() and _looks_like_trace(p))
-    ranked = [p for p in files if _RANK_NAME.search(p.name) and not p.name.endswith(".sqlite")]
+    ranked = [p for p in files if _RANK_NAME.search(p.name) and not _NSYS_NAME.search(p.name)]
     if len(ranked) >= 2:
         runs.append(Run(folder, prefix.rstrip("/") or folder.name))
         files = [p for p in files if p not in ranked]

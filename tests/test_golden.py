@@ -54,7 +54,12 @@ _SVG = re.compile(r"<svg\b.*?</svg>", re.DOTALL)
 def render(trace: str, fmt: str) -> str:
     """One output of one sample, as text (the HTML page's SVG figures elided)."""
     out = io.StringIO()
-    RENDERERS[fmt].render(_report(trace), out)
+    columns = os.environ.pop("COLUMNS", None)  # plain text at its default width, everywhere
+    try:
+        RENDERERS[fmt].render(_report(trace), out)
+    finally:
+        if columns is not None:
+            os.environ["COLUMNS"] = columns
     text = out.getvalue()
     if fmt == "html":
         return _SVG.sub("<svg><!-- figure elided --></svg>", text)

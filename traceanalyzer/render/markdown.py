@@ -2,16 +2,40 @@
 
 from __future__ import annotations
 
+import re
 from typing import TextIO
 
-from traceanalyzer.render.units import duration, percent, printable, saving_text
+from traceanalyzer.render.grouping import group_findings, ranks_text
+from traceanalyzer.render.units import duration, percent, printable, saving_range_text
 from traceanalyzer.report import Report
 
+#: The longest message, advice or name written (whole sentences: a ticket is read in full).
+TEXT_WIDTH = 2000
+#: ASCII punctuation that Markdown (GitHub, GitLab) may read as markup in running text; an
+#: underscore only at a word's edge (`__init__`), not inside one (`send_recv` stays as is).
+_MARKUP = re.compile(r"[\\`*\[\]<>|~]|(?<![^\W_])_+|_+(?![^\W_])")
 
-def _cell(text: str) -> str:
-    """Table-safe text: no pipes, no newlines, no HTML (names are untrusted)."""
-    clean = printable(text, 120).replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
-    return clean
+
+def _text(text: str) -> str:
+    """Running text (a title, a message, advice): markup characters backslash-escaped, so
+    `<unnamed>`, `a*b` or `[x]` show as written and no HTML reaches the page (names are
+    untrusted). One line: a table cell or a list item."""
+    return _MARKUP.sub(
+        lambda m: "".join("\\" + ch for ch in m.group(0)), printable(text, TEXT_WIDTH)
+    )
+
+
+def _code(text: str, in_table: bool = False) -> str:
+    """A code span showing `text` exactly: `<>` raw (a code span shows them as written),
+    delimited by more backticks than any run inside it; in a table, `|` escaped as `\\|`
+    (GitHub's table syntax, honoured inside code spans too)."""
+    clean = printable(text, TEXT_WIDTH)
+    if in_table:
+        clean = clean.replace("|", "\\|")
+    longest = max((len(run) for run in re.findall(r"`+", clean)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if clean.startswith("`") or clean.endswith("`") or longest else ""
+    return f"{fence}{pad}{clean}{pad}{fence}"
 
 
 class MarkdownRenderer:
@@ -26,9 +50,9 @@ class MarkdownRenderer:
         w = r.window
         span = (w["end_ns"] or 0) - (w["start_ns"] or 0)
         lines = [
-            f"## GPU trace report: `{_cell(r.source['path'])}`",
+            f"## GPU trace report: {_code(r.source['path'])}",
             "",
-            *([f"**Verdict:** {_cell(r.verdict['headline'])}", ""] if r.verdict else []),
+            *([f"**Verdict:** {_text(r.verdict['headline'])}", ""] if r.verdict else []),
             f"Window {duration(span)} ({w['basis']}), traceanalyzer {r.tool_version}.",
             "",
             "### Diagnoses",
@@ -36,11 +60,14 @@ class MarkdownRenderer:
         ]
         if not r.findings:
             lines.append("No rule fired.")
-        for f in r.findings:
-            saves = "" if f.impact_ns is None else f" — {saving_text(f.impact_ns)}"
-            lines.append(f"- **{f.severity.value}** `{f.rule}` {_cell(f.title)}{saves}  ")
-            lines.append(f"  {_cell(f.message)}  ")
-            lines.append(f"  *Advice:* {_cell(f.advice)}")
+        for g in group_findings(r.findings):
+            f = g.lead
+            saves = f" — {saving_range_text(g.impacts)}" if g.impacts else ""
+            where = f" on {ranks_text(g.ranks)}" if len(g.ranks) > 1 else ""
+            worst = "Worst: " if len(g.ranks) > 1 else ""
+            lines.append(f"- **{g.severity.value}** `{f.rule}` {_text(f.title)}{where}{saves}  ")
+            lines.append(f"  {worst}{_text(f.message)}  ")
+            lines.append(f"  *Advice:* {_text(f.advice)}")
         lines += [
             "",
             "### Devices",
@@ -68,6 +95,6 @@ class MarkdownRenderer:
         for k in r.kernels["top"]:
             lines.append(
                 f"| {duration(k['total_ns'])} | {percent(k['share'])} | {k['count']} |"
-                f" `{_cell(k['name'])}` |"
+                f" {_code(k['name'], in_table=True)} |"
             )
         out.write("\n".join(lines) + "\n")

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import os
+import re
+import textwrap
 from typing import TextIO
 
-from traceanalyzer.render.units import duration, percent, printable, saving_text
+from traceanalyzer.render.grouping import group_findings, ranks_text
+from traceanalyzer.render.units import duration, percent, printable, saving_range_text
 from traceanalyzer.report import Report
 
 NAME_WIDTH = 90
+#: The width of plain output (piped, NO_COLOR) unless COLUMNS says otherwise.
+PLAIN_WIDTH = 100
+#: Narrower than this, lines are not folded (a width this small is a mistake, not a screen).
+MIN_WIDTH = 40
+#: The longest message or advice shown (a whole sentence or three, never cut mid-word).
+TEXT_WIDTH = 2000
 
 
 class TerminalRenderer:
@@ -23,7 +32,52 @@ class TerminalRenderer:
         if _colour(out):
             _render_rich(report, out)
         else:
-            out.write("\n".join(_lines(report)) + "\n")
+            width = plain_width()
+            out.write("\n".join(fit(_lines(report, width), width)) + "\n")
+
+
+def plain_width() -> int:
+    """The width of plain output: `COLUMNS` when set (`COLUMNS=80 traceanalyzer report X |
+    less`), else `PLAIN_WIDTH`, so piped output is the same everywhere."""
+    try:
+        width = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        return PLAIN_WIDTH
+    return max(width, MIN_WIDTH)
+
+
+#: `verdict  ...`, `window   ...`: a label column; continuation lines start under its text.
+_LABEL = re.compile(r"^[a-z]+ {2,}")
+
+
+def fit(lines: list[str], width: int) -> list[str]:
+    """Fold every line wider than `width` onto continuation lines, never past it: a labelled
+    line continues under its text, advice (`-> `) under the advice, a table row's overflow
+    (its last column) indented under the row, prose under itself."""
+    out: list[str] = []
+    for line in lines:
+        if len(line) <= width:
+            out.append(line.replace(_GLUE, " "))
+            continue
+        lead = len(line) - len(line.lstrip(" "))
+        label = _LABEL.match(line)
+        if label:
+            indent = len(label.group(0))
+        elif line.lstrip().startswith("-> "):
+            indent = lead + 3
+        elif "  " in line.strip():  # a table row: columns apart by runs of spaces
+            indent = lead + 4
+        else:
+            indent = lead
+        folded = textwrap.wrap(
+            line,
+            width=width,
+            subsequent_indent=" " * min(indent, width // 2),
+            break_on_hyphens=False,
+            drop_whitespace=True,
+        ) or [line[:width]]
+        out += [part.replace(_GLUE, " ") for part in folded]
+    return out
 
 
 def _colour(out: TextIO) -> bool:
@@ -41,19 +95,29 @@ def _render_rich(r: Report, out: TextIO) -> None:
     from rich.text import Text
 
     console = Console(file=out, highlight=False, soft_wrap=False)
-    lines = _lines(r)
+    width = max(console.width, MIN_WIDTH)
+    lines = fit(_lines(r, width), width)
     head = lines[: lines.index("Diagnoses (most impactful first)") - 1]
     for line in head:
         console.print(Text(line))
     table = Table(title="Diagnoses (most impactful first)", title_justify="left", expand=True)
     for col in ("severity", "rule", "finding", "saves/step"):
         table.add_column(col, overflow="fold")
-    for f in r.findings:
+    for g in group_findings(r.findings):
+        f = g.lead
+        impacts = g.impacts
+        saves = "n/a" if not impacts else duration(impacts[-1])
+        if len(impacts) > 1 and impacts[0] != impacts[-1]:
+            saves = f"{duration(impacts[0])} to {saves}"
+        where = f" ({ranks_text(g.ranks)})" if len(g.ranks) > 1 else ""
         table.add_row(
-            Text(f.severity.value, style=_SEVERITY_STYLE[f.severity.value]),
+            Text(g.severity.value, style=_SEVERITY_STYLE[g.severity.value]),
             f.rule,
-            Text(f"{f.title}\n{printable(f.message, 300)}\n-> {printable(f.advice, 300)}"),
-            "n/a" if f.impact_ns is None else duration(f.impact_ns),
+            Text(
+                f"{f.title}{where}\n{_lead_prefix(g)}{printable(f.message, TEXT_WIDTH)}"
+                f"\n-> {printable(f.advice, TEXT_WIDTH)}"
+            ),
+            saves,
         )
     if not r.findings:
         table.add_row("", "", "none: no rule fired", "")
@@ -66,23 +130,24 @@ def _render_rich(r: Report, out: TextIO) -> None:
         console.print(Text(line, style=style or ""))
 
 
-def _lines(r: Report) -> list[str]:
+def _lines(r: Report, width: int = PLAIN_WIDTH) -> list[str]:
     src = r.source
     lines = [f"traceanalyzer {r.tool_version}: {printable(src['path'], 200)}"]
     if r.verdict:
         lines.append(f"verdict  {r.verdict['headline']}")
     producer = " ".join(x for x in (src["producer"], src["producer_version"]) if x)
+    by_source: dict[str, list[int]] = {}
+    for info in r.ranks:
+        by_source.setdefault(info["rank_source"], []).append(info["rank"])
     ranks = ", ".join(
-        f"rank {k['rank']}"
-        + ("" if k["rank_source"] == "default" else f" (from {k['rank_source']})")
-        for k in r.ranks
+        ranks_text(sorted(found)) + ("" if source == "default" else f" (from {source})")
+        for source, found in by_source.items()
     )
     lines.append(f"source   {src['format']} trace, {producer}; {ranks}")
     w = r.window
     span = (w["end_ns"] or 0) - (w["start_ns"] or 0)
     if w["basis"] == "steps":
-        n_steps = len({(s["rank"], s["name"]) for s in r.steps if not s["warmup"]})
-        how = f"from the first to the last step marker ({n_steps} steps), projected onto GPU work"
+        how = f"from the first to the last step marker ({_step_count(r)}), projected onto GPU work"
         left = sorted({e["name"] for e in w["excluded_steps"]})
         if left:
             how += (
@@ -126,7 +191,7 @@ def _lines(r: Report) -> list[str]:
     for t in k["top"]:
         lines.append(
             f"  {duration(t['total_ns']):>10} {percent(t['share']):>8} {t['count']:>7}"
-            f"  {printable(t['name'], NAME_WIDTH)}"
+            f"  {printable(t['name'], max(24, min(NAME_WIDTH, width - 32)))}"
         )
     lines += ["", "Kernel durations"]
     for b in k["duration_histogram"]:
@@ -156,8 +221,13 @@ def _lines(r: Report) -> list[str]:
     return lines
 
 
+#: Joins the words of one table item (`sync 2.3 µs`) so that `fit` never folds inside it;
+#: written out as a space.
+_GLUE = "\u00a0"
+
+
 def _cause_text(by_cause: dict[str, int]) -> str:
-    parts = [f"{c} {duration(ns)}" for c, ns in by_cause.items() if ns]
+    parts = [f"{c} {duration(ns)}".replace(" ", _GLUE) for c, ns in by_cause.items() if ns]
     return ", ".join(parts) or "none"
 
 
@@ -257,15 +327,41 @@ def _copy_lines(r: Report) -> list[str]:
     return lines
 
 
+def _step_count(r: Report) -> str:
+    """`4 steps`, or `2 steps on each of 2 ranks` (steps are counted per rank)."""
+    per_rank: dict[int, set[str]] = {}
+    for s in r.steps:
+        if not s["warmup"]:
+            per_rank.setdefault(s["rank"], set()).add(s["name"])
+    counts = sorted({len(names) for names in per_rank.values()})
+    if len(per_rank) <= 1:
+        n = counts[0] if counts else 0
+        return f"{n} step{'s' if n != 1 else ''}"
+    if len(counts) == 1:
+        plural = "s" if counts[0] != 1 else ""
+        return f"{counts[0]} step{plural} on each of {len(per_rank)} ranks"
+    return f"{counts[0]} to {counts[-1]} steps on each of {len(per_rank)} ranks"
+
+
+def _lead_prefix(g: object) -> str:
+    """`worst: ` before the message shown for a rule that fired on several ranks."""
+    from traceanalyzer.render.grouping import FindingGroup
+
+    assert isinstance(g, FindingGroup)
+    return "worst: " if len(g.ranks) > 1 else ""
+
+
 def _diagnosis_lines(r: Report) -> list[str]:
     lines = ["", "Diagnoses (most impactful first)"]
     if not r.findings:
         lines.append("  none: no rule fired")
-    for f in r.findings:
-        saves = "" if f.impact_ns is None else f"  ({saving_text(f.impact_ns)})"
-        lines.append(f"  [{f.severity.value}] {f.rule} {f.title}{saves}")
-        lines.append(f"      {printable(f.message, 160)}")
-        lines.append(f"      -> {printable(f.advice, 160)}")
+    for g in group_findings(r.findings):
+        f = g.lead
+        saves = f"  ({saving_range_text(g.impacts)})" if g.impacts else ""
+        where = f" on {ranks_text(g.ranks)}" if len(g.ranks) > 1 else ""
+        lines.append(f"  [{g.severity.value}] {f.rule} {f.title}{where}{saves}")
+        lines.append(f"      {_lead_prefix(g)}{printable(f.message, TEXT_WIDTH)}")
+        lines.append(f"      -> {printable(f.advice, TEXT_WIDTH)}")
     return lines
 
 

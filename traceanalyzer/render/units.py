@@ -11,6 +11,16 @@ def saving_text(impact_ns: int) -> str:
     return f"fixing it saves ~{duration(impact_ns)}/step"
 
 
+def saving_range_text(impacts: list[int]) -> str:
+    """The savings of a rule's findings across ranks: one value, or the range."""
+    lo, hi = min(impacts), max(impacts)
+    if hi <= 0:
+        return "no saving on this trace's critical path"
+    if lo == hi:
+        return saving_text(hi)
+    return f"fixing it saves ~{duration(lo)} to {duration(hi)}/step"
+
+
 def duration(ns: int | None) -> str:
     """Format integer ns as s, ms, µs or ns with three significant figures or so."""
     if ns is None:

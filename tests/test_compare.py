@@ -8,7 +8,8 @@ import pytest
 
 from tests.conftest import SAMPLES, corpus
 from traceanalyzer import api
-from traceanalyzer.compare import compare, load_report, render_text
+from traceanalyzer.compare import compare, load_report
+from traceanalyzer.render.compare import render_text
 
 
 def test_compare_two_samples() -> None:
@@ -29,7 +30,7 @@ def test_compare_two_samples() -> None:
     assert {x.split()[0] for x in diff["diagnoses_disappeared"]} == rules_a - rules_b
     top = diff["kernels"][0]
     assert abs(top["change_ns"]) == max(abs(k["change_ns"]) for k in diff["kernels"])
-    assert "Kernels that gained or lost" in render_text(diff)
+    assert "Kernels whose time changed" in render_text(diff)
 
 
 def test_compare_reads_reports_and_summary_rows(tmp_path: Path) -> None:
@@ -73,7 +74,7 @@ def test_compare_html_is_self_contained_and_escaped(tmp_path: Path) -> None:
     import re
 
     from tests.builders import kernel, write_trace
-    from traceanalyzer.compare import render_html
+    from traceanalyzer.render.compare import render_html
 
     evil = '<script>alert(1)</script>"><img src=x onerror=alert(2)>'
     a = api.report(write_trace(tmp_path / "a.json", [kernel(10, 5, evil)])).to_json_dict()
@@ -88,3 +89,54 @@ def test_compare_html_is_self_contained_and_escaped(tmp_path: Path) -> None:
         r'<script type="application/json" id="compare-data">(.*?)</script>', page, re.S
     )
     assert data and json.loads(data.group(1))["kernels"][0]["name"] == evil
+
+
+def _doc(
+    step_ns: int, idle: float, tc: float, diagnoses: list[dict[str, str]]
+) -> dict[str, object]:
+    """A minimal report: one device, one analysed step of `step_ns`."""
+    return {
+        "source": {"path": "x"},
+        "devices": [
+            {
+                "window_ns": step_ns,
+                "idle_ns": int(step_ns * idle),
+                "idle_by_cause": {
+                    "host_wait": int(step_ns * idle),
+                    "sync": 0,
+                    "launch_overhead": 0,
+                    "other": 0,
+                },
+                "tensor_core": {"gemm_ns": 1000, "tc_ns": int(1000 * tc)},
+                "exposed_comm_ns": 0,
+            }
+        ],
+        "critical_path": [{"steps": 1, "step_ns": step_ns}],
+        "kernels": {"total_ns": 1_000_000, "top": []},
+        "diagnoses": diagnoses,
+    }
+
+
+def test_compare_reads_like_a_change_review() -> None:
+    starved = {"rule": "TA001", "title": "GPU starved", "severity": "warning"}
+    worse = {**starved, "severity": "critical"}
+    diff = compare(
+        _doc(20_000_000, 0.40, 0.5, [starved]), _doc(30_000_000, 0.405, 1.0, [worse, starved])
+    )
+    m = diff["metrics"]
+    assert m["step_ns"]["verdict"] == "worse" and m["step_ns"]["ratio"] == pytest.approx(1.5)
+    assert m["tc_share_of_gemm"]["verdict"] == "better"  # higher is better
+    assert m["idle_share"]["verdict"] == "same"  # +0.5 pp: within noise
+    assert m["window_ns"]["verdict"] == "changed"  # neither better nor worse
+    assert diff["severity_changed"] == [
+        {"diagnosis": "TA001 GPU starved", "before": "warning", "after": "critical"}
+    ]
+    text = render_text(diff)
+    assert text.index("Worse") < text.index("Better") < text.index("Within noise")
+    assert "Step time" in text and "+10.00 ms (1.50x)" in text and "+50.0 pp" in text
+    assert "severity: TA001 GPU starved: warning -> critical" in text
+    assert "step_ns" not in text  # labels, not field names
+    from traceanalyzer.render.compare import render_html
+
+    page = render_html(diff)
+    assert '<figure id="step-chart"><svg' in page and 'tbody id="worse"' in page

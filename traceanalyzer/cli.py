@@ -19,14 +19,15 @@ import polars as pl
 from traceanalyzer import __version__, api
 from traceanalyzer.batch import Options, write_summary
 from traceanalyzer.compare import compare as compare_reports
-from traceanalyzer.compare import load_report, render_text
-from traceanalyzer.compare import render_html as render_compare_html
+from traceanalyzer.compare import load_report
 from traceanalyzer.config import load_settings
 from traceanalyzer.errors import TraceAnalyzerError
 from traceanalyzer.model.schema import schema_markdown
 from traceanalyzer.readers.archives import DEFAULT_MAX_UNPACKED
 from traceanalyzer.render import RENDERERS
 from traceanalyzer.render.base import write_text_atomic
+from traceanalyzer.render.compare import render_html as render_compare_html
+from traceanalyzer.render.compare import render_text
 from traceanalyzer.rules import ALL_RULES, BY_CODE
 from traceanalyzer.rules.docs import rule_markdown
 
@@ -320,7 +321,8 @@ def compare(before: str, after: str, fmt: str | None, output: str | None, debug:
         elif kind == "html":
             text = render_compare_html(diff)
         else:
-            text = render_text(diff)
+            to_tty = output in (None, "-") and sys.stdout.isatty()
+            text = render_text(diff, colour=to_tty and not os.environ.get("NO_COLOR"))
         if output in (None, "-"):
             click.echo(text, nl=False)
         else:

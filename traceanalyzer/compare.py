@@ -128,94 +128,104 @@ def _kernel_times(doc: dict[str, Any]) -> pl.DataFrame:
     )
 
 
-def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    """The changes from report `a` (before) to report `b` (after)."""
-    ta, tb = _totals(a), _totals(b)
-    metrics = {
-        k: {
-            "before": ta[k],
-            "after": tb[k],
-            "change": (tb[k] - ta[k]) if ta[k] is not None and tb[k] is not None else None,
-        }
-        for k in ta
+#: Each headline number: its label, unit ("ns" or "share") and which way is better
+#: (-1: lower is better, +1: higher, 0: neither, e.g. the window's length).
+METRICS: dict[str, tuple[str, str, int]] = {
+    "step_ns": ("Step time", "ns", -1),
+    "window_ns": ("Analysed window", "ns", 0),
+    "idle_share": ("GPU idle", "share", -1),
+    "host_wait_share": ("Idle waiting for the host", "share", -1),
+    "sync_share": ("Idle in host syncs", "share", -1),
+    "launch_overhead_share": ("Idle between tiny launches", "share", -1),
+    "other_share": ("Other idle", "share", -1),
+    "tc_share_of_gemm": ("GEMM time on Tensor Cores", "share", 1),
+    "exposed_comm_ns": ("Exposed communication", "ns", -1),
+    "kernel_ns": ("Kernel time", "ns", -1),
+}
+#: Changes smaller than these are noise (run-to-run jitter of one job, measured on the
+#: samples' steps: a few % of time, under 1 percentage point of a share).
+NOISE_RELATIVE = 0.02
+NOISE_SHARE_PP = 0.01
+#: A kernel's change is noise below this share of the larger run's kernel time.
+KERNEL_NOISE_SHARE = 0.01
+
+
+def _metric(key: str, before: Any, after: Any) -> dict[str, Any]:
+    label, unit, better_when = METRICS[key]
+    change = after - before if before is not None and after is not None else None
+    ratio = after / before if change is not None and before else None
+    if change is None:
+        noise = True
+    elif unit == "share":
+        noise = abs(change) < NOISE_SHARE_PP
+    else:
+        noise = abs(change) <= NOISE_RELATIVE * max(abs(before), abs(after))
+    if noise or better_when == 0 or change is None:
+        verdict = "same" if noise else "changed"
+    else:
+        verdict = "better" if (change < 0) == (better_when < 0) else "worse"
+    return {
+        "label": label,
+        "unit": unit,
+        "before": before,
+        "after": after,
+        "change": change,
+        "ratio": ratio,
+        "verdict": verdict,
     }
+
+
+def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """The changes from report `a` (before) to report `b` (after): each headline number
+    with its change, ratio and whether it got better or worse (or moved within noise), the
+    kernels whose time changed beyond noise, and the diagnoses that appeared, disappeared
+    or changed severity."""
+    ta, tb = _totals(a), _totals(b)
+    metrics = {k: _metric(k, ta[k], tb[k]) for k in METRICS}
+    floor = KERNEL_NOISE_SHARE * max(a["kernels"]["total_ns"], b["kernels"]["total_ns"], 1)
     kernels = (
         _kernel_times(a)
         .join(_kernel_times(b), on="name", how="full", coalesce=True, suffix="_after")
         .with_columns(pl.col("total_ns", "total_ns_after").fill_null(0))
         .with_columns(change_ns=pl.col("total_ns_after") - pl.col("total_ns"))
+        .filter(pl.col("change_ns").abs() >= floor)
         .sort(pl.col("change_ns").abs(), descending=True)
         .head(TOP_CHANGES)
         .rename({"total_ns": "before_ns", "total_ns_after": "after_ns"})
         .select("name", "before_ns", "after_ns", "change_ns")
     )
-    found_a = {(d["rule"], d["title"]) for d in a["diagnoses"]}
-    found_b = {(d["rule"], d["title"]) for d in b["diagnoses"]}
+    worst_a, worst_b = _worst(a["diagnoses"]), _worst(b["diagnoses"])
+    changed = [
+        {"diagnosis": f"{r} {t}", "before": worst_a[(r, t)], "after": worst_b[(r, t)]}
+        for r, t in sorted(worst_a.keys() & worst_b.keys())
+        if worst_a[(r, t)] != worst_b[(r, t)]
+    ]
     return {
         "before": a["source"]["path"],
         "after": b["source"]["path"],
         "metrics": metrics,
         "kernels": kernels.to_dicts(),
-        "diagnoses_appeared": [f"{r} {t}" for r, t in sorted(found_b - found_a)],
-        "diagnoses_disappeared": [f"{r} {t}" for r, t in sorted(found_a - found_b)],
-        "note": "kernel changes cover the kernels in either run's top list",
+        "diagnoses_appeared": [f"{r} {t}" for r, t in sorted(worst_b.keys() - worst_a.keys())],
+        "diagnoses_disappeared": [f"{r} {t}" for r, t in sorted(worst_a.keys() - worst_b.keys())],
+        "severity_changed": changed,
+        "note": (
+            "kernel changes cover the kernels in either run's top list, beyond "
+            f"{KERNEL_NOISE_SHARE:.0%} of kernel time; metrics within "
+            f"{NOISE_RELATIVE:.0%} (shares: {NOISE_SHARE_PP * 100:.0f} pp) are noise"
+        ),
     }
 
 
-def render_text(diff: dict[str, Any]) -> str:
-    """The comparison as aligned text."""
-    from traceanalyzer.render.units import duration, percent, printable
-
-    def fmt(key: str, v: Any) -> str:
-        if v is None:
-            return "n/a"
-        return percent(v) if "share" in key else duration(int(v))
-
-    lines = [
-        f"before: {diff['before']}",
-        f"after:  {diff['after']}",
-        "",
-        f"  {'':<22} {'before':>12} {'after':>12} {'change':>12}",
-    ]
-    for key, m in diff["metrics"].items():
-        change = m["change"]
-        sign = "" if change is None or change < 0 else "+"
-        lines.append(
-            f"  {key:<22} {fmt(key, m['before']):>12} {fmt(key, m['after']):>12}"
-            f" {sign + fmt(key, change):>12}"
-        )
-    lines += ["", "Kernels that gained or lost the most time"]
-    for k in diff["kernels"]:
-        sign = "+" if k["change_ns"] >= 0 else ""
-        lines.append(f"  {sign}{duration(k['change_ns']):>11}  {printable(k['name'], 90)}")
-    lines += [
-        "",
-        "Diagnoses that appeared: " + (", ".join(diff["diagnoses_appeared"]) or "none"),
-        "Diagnoses that disappeared: " + (", ".join(diff["diagnoses_disappeared"]) or "none"),
-    ]
-    return "\n".join(lines) + "\n"
+_SEVERITY_ORDER = ("info", "warning", "critical")
 
 
-def render_html(diff: dict[str, Any]) -> str:
-    """The comparison as one self-contained HTML page (escaped, nothing fetched), with the
-    comparison's JSON embedded (`script#compare-data`)."""
-    from jinja2 import Environment, PackageLoader, select_autoescape
-    from markupsafe import Markup
-
-    from traceanalyzer.render.base import script_json, static_text
-    from traceanalyzer.render.units import duration, percent
-
-    def fmt(key: str, v: Any) -> str:
-        if v is None:
-            return "n/a"
-        return percent(v) if "share" in key else duration(int(v))
-
-    env = Environment(
-        loader=PackageLoader("traceanalyzer", "render/templates"),
-        autoescape=select_autoescape(["html", "j2"]),
-    )
-    css = static_text("report.css")
-    data = script_json(diff)
-    return env.get_template("compare.html.j2").render(
-        diff=diff, fmt=fmt, dur=duration, css=Markup(css), data=Markup(data)
-    )
+def _worst(diagnoses: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
+    """(rule, title) -> the worst severity of its findings (across ranks)."""
+    worst: dict[tuple[str, str], str] = {}
+    for d in diagnoses:
+        key = (d["rule"], d["title"])
+        if key not in worst or _SEVERITY_ORDER.index(d["severity"]) > _SEVERITY_ORDER.index(
+            worst[key]
+        ):
+            worst[key] = d["severity"]
+    return worst

@@ -3,10 +3,13 @@
 Pipeline position: beside `api` (it runs the same load -> analyze -> rules -> report chain)
 and ahead of a trace viewer. For each (rank, device) it adds counter tracks ("ph": "C") at
 the report's timeline-bin resolution (busy and each idle cause as a % of the bin; exposed
-communication), and one instant marker ("ph": "i") per finding, at the start of its scope,
-carrying the message and advice. A Chrome trace keeps every original event; an Nsight
-export becomes a new Chrome trace holding the GPU work of the timeline plus the annotations.
-The input is never modified; outputs are gzip-compressed and written atomically.
+communication); each finding gets a track of its own on its device's process, with a slice
+("ph": "X") over every time span it is about (the gaps, the syncs, the collectives: see
+analyses/spans.py) carrying the message and advice, and one instant marker ("ph": "i") at
+its first span. A Chrome trace keeps every original event; an Nsight export becomes a new
+Chrome trace holding the timeline's GPU work and host calls (processes and threads named)
+plus the annotations. The input is never modified; outputs are gzip-compressed, written
+atomically, with the usual permissions (0666 less the umask).
 """
 
 from __future__ import annotations
@@ -23,12 +26,13 @@ import orjson
 import polars as pl
 
 from traceanalyzer import __version__, api
-from traceanalyzer.analyses import DEFAULT_TOP_KERNELS, analyze
+from traceanalyzer.analyses import DEFAULT_TOP_KERNELS, Metrics, analyze
 from traceanalyzer.analyses.idle import CAUSES, LAUNCH_GAP_MAX_NS
+from traceanalyzer.analyses.spans import finding_spans
 from traceanalyzer.config import Settings
 from traceanalyzer.errors import ReportWriteError, TraceFormatError
 from traceanalyzer.model import Timeline
-from traceanalyzer.render.base import output_target
+from traceanalyzer.render.base import current_umask, output_target
 from traceanalyzer.report import Report, build_report
 from traceanalyzer.rules import run_rules
 from traceanalyzer.rules.base import Finding
@@ -75,7 +79,8 @@ def annotate(
     after each input file (`<stem>.annotated.json.gz`).
     """
     timeline = api.load(path)
-    report = _report(timeline, settings, step_pattern, launch_gap_max_ns)
+    report, metrics = _report(timeline, settings, step_pattern, launch_gap_max_ns)
+    spans = {id(f): finding_spans(f, metrics, timeline) for f in report.findings}
     src = Path(path)
     out = Path(output)
     if src.is_dir():
@@ -84,25 +89,27 @@ def annotate(
         for rank in report.ranks:
             stem = Path(rank["path"]).name.removesuffix(".gz").removesuffix(".json")
             target = out / f"{stem}.annotated.json.gz"
-            written.append(_one(report, timeline, rank["rank"], Path(rank["path"]), target))
+            written.append(_one(report, timeline, spans, rank["rank"], Path(rank["path"]), target))
         return written
     ranks = [r["rank"] for r in report.ranks] or [0]
-    return [_one(report, timeline, ranks[0], src, out, all_ranks=True)]
+    return [_one(report, timeline, spans, ranks[0], src, out, all_ranks=True)]
 
 
 def _report(
     timeline: Timeline, settings: Settings | None, step_pattern: str | None, gap_ns: int
-) -> Report:
+) -> tuple[Report, Metrics]:
     metrics = analyze(
         timeline, top_n=DEFAULT_TOP_KERNELS, step_pattern=step_pattern, launch_gap_max_ns=gap_ns
     )
     findings = run_rules(api.context(metrics, timeline), settings or Settings())
-    return build_report(timeline.meta, metrics, tool_version=__version__, findings=findings)
+    report = build_report(timeline.meta, metrics, tool_version=__version__, findings=findings)
+    return report, metrics
 
 
 def _one(
     report: Report,
     timeline: Timeline,
+    spans: dict[int, pl.DataFrame],
     rank: int,
     src: Path,
     target: Path,
@@ -115,15 +122,17 @@ def _one(
     # Kineto puts each GPU's work on the process whose pid is the device ordinal.
     pid = _kineto_pid if chrome else _nsys_pid
     counters = counter_events(report, mine, pid)
-    markers = marker_events(report, mine, pid)
+    markers = marker_events(report, mine, pid, spans)
+    tracks = finding_tracks(report, mine, pid, spans)
     if chrome:
         doc = _chrome_doc(src)
         events = doc["traceEvents"] if isinstance(doc, dict) else doc
         events.extend(counters)
         events.extend(markers)
+        events.extend(tracks)
         payload = orjson.dumps(doc)
     else:
-        payload = _new_trace(timeline, report, mine, [*counters, *markers])
+        payload = _new_trace(timeline, report, mine, [*counters, *markers, *tracks])
     inputs = [report.source["path"], *(r["path"] for r in report.ranks)]
     _write_gzip(target, payload, inputs)
     return Annotated(target, len(counters), len(markers))
@@ -202,19 +211,97 @@ def _counter(name: str, pid: int, ns: int, args: dict[str, Any]) -> dict[str, An
     }
 
 
-def marker_events(report: Report, mine: Any, pid: PidOf = _kineto_pid) -> list[dict[str, Any]]:
-    """One instant marker per finding, at the start of its scope's window (else of its
-    device's, rank's or the report's window), on its device's process where it has one."""
+#: Thread ids of the finding tracks: clear of real thread and stream ids.
+TRACK_TID = 1 << 40
+
+
+def _finding_args(n: int, f: Finding) -> dict[str, Any]:
+    return {
+        "rank_in_report": n,
+        "rule": f.rule,
+        "slug": f.slug,
+        "severity": f.severity.value,
+        "message": f.message,
+        "advice": f.advice,
+        "impact_ns": f.impact_ns,
+        "docs": f"traceanalyzer rule {f.rule}",
+    }
+
+
+def finding_tracks(
+    report: Report, mine: Any, pid: PidOf, spans: dict[int, pl.DataFrame]
+) -> list[dict[str, Any]]:
+    """Per finding, a named track (thread) on its device's process, with one slice over
+    each span the finding is about (see analyses/spans.py)."""
+    starts = _device_starts(report)
+    events: list[dict[str, Any]] = []
+    for n, f in enumerate(report.findings, start=1):
+        if f.scope.rank is not None and not mine(f.scope.rank):
+            continue
+        found = spans.get(id(f))
+        if found is None or found.height == 0:
+            continue
+        _ts, key = _where(f, starts, report.window["start_ns"])
+        p = pid(*key) if key is not None else 0
+        tid = TRACK_TID + n
+        name = f"traceanalyzer: {f.rule} {f.title} [{f.severity.value}]"
+        events.append(
+            {"ph": "M", "name": "thread_name", "pid": p, "tid": tid, "args": {"name": name}}
+        )
+        events.append(
+            {
+                "ph": "M",
+                "name": "thread_sort_index",
+                "pid": p,
+                "tid": tid,
+                "args": {"sort_index": -n},
+            }
+        )
+        args = _finding_args(n, f)
+        for start, end, what in found.iter_rows():
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": MARKER_CATEGORY,
+                    "name": f"{f.rule}: {what}",
+                    "pid": p,
+                    "tid": tid,
+                    "ts": _us(start),
+                    "dur": _us(max(end - start, 0)),
+                    "args": args,
+                }
+            )
+    return events
+
+
+def _device_starts(report: Report) -> dict[tuple[int, int], int]:
     starts: dict[tuple[int, int], int] = {}
     for b in report.timeline_bins:
         dev = (b["rank"], b["device"])
         starts[dev] = min(starts.get(dev, b["start_ns"]), b["start_ns"])
+    return starts
+
+
+def marker_events(
+    report: Report,
+    mine: Any,
+    pid: PidOf = _kineto_pid,
+    spans: dict[int, pl.DataFrame] | None = None,
+) -> list[dict[str, Any]]:
+    """One instant marker per finding, at the first span it is about (else at the start of
+    its scope's window, of its device's, rank's or the report's window), on its device's
+    process where it has one."""
+    starts = _device_starts(report)
     events = []
     for n, f in enumerate(report.findings, start=1):
         rank = f.scope.rank
         if rank is not None and not mine(rank):
             continue
         ts, key = _where(f, starts, report.window["start_ns"])
+        found = (spans or {}).get(id(f))
+        if found is not None and found.height:
+            first = found["start_ns"].min()
+            ts = first if isinstance(first, int) else ts
         event: dict[str, Any] = {
             "ph": "i",
             "cat": MARKER_CATEGORY,
@@ -223,16 +310,7 @@ def marker_events(report: Report, mine: Any, pid: PidOf = _kineto_pid) -> list[d
             "pid": pid(*key) if key is not None else 0,
             "tid": 0,
             "s": "p" if key is not None else "g",
-            "args": {
-                "rank_in_report": n,
-                "rule": f.rule,
-                "slug": f.slug,
-                "severity": f.severity.value,
-                "message": f.message,
-                "advice": f.advice,
-                "impact_ns": f.impact_ns,
-                "docs": f"traceanalyzer rule {f.rule}",
-            },
+            "args": _finding_args(n, f),
         }
         events.append(event)
     return events
@@ -291,6 +369,7 @@ def _new_trace(
         for d in report.devices
         if mine(d["rank"])
     ]  # fmt: skip
+    names += _host_names(work)
     extra = orjson.dumps([*names, *annotations])[1:-1].decode("utf-8")
     body = ",".join(x for x in (lines, extra) if x)
     head = orjson.dumps(
@@ -300,6 +379,29 @@ def _new_trace(
         }
     ).decode("utf-8")[:-1]
     return f'{head},"traceEvents":[{body}]}}'.encode()
+
+
+def _host_names(work: pl.DataFrame) -> list[dict[str, Any]]:
+    """Names for the host processes and threads of a trace written from an Nsight export
+    (Perfetto shows bare numbers otherwise)."""
+    host = (
+        work.filter(pl.col("pid") < NSYS_DEVICE_PID)
+        .select("pid", "tid")
+        .unique()
+        .sort("pid", "tid")
+    )
+    names: list[dict[str, Any]] = []
+    for pid in host["pid"].unique().sort().to_list():
+        names.append(
+            {"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
+             "args": {"name": f"host process {pid}"}}
+        )  # fmt: skip
+    for pid, tid in host.select("pid", "tid").iter_rows():
+        names.append(
+            {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+             "args": {"name": f"host thread {tid}"}}
+        )  # fmt: skip
+    return names
 
 
 def _write_gzip(target: Path, payload: bytes, inputs: list[str]) -> None:
@@ -324,6 +426,7 @@ def _write_gzip(target: Path, payload: bytes, inputs: list[str]) -> None:
             gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as out,
         ):
             out.write(payload)
+        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes 0600: give the usual permissions
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -121,3 +121,63 @@ def test_annotate_refuses_to_overwrite_its_input(tmp_path: Path) -> None:
     with pytest.raises(ReportWriteError, match="one of the inputs"):
         annotate(src, src)
     assert src.read_bytes() == before
+
+
+def test_each_finding_has_a_track_over_its_spans(tmp_path: Path) -> None:
+    """On the real slow-loader trace, TA001's track holds one slice per host-wait gap of the
+    report's gaps, at their times, with the message; the file gets the usual permissions."""
+    import os
+    import stat
+
+    import polars as pl
+
+    from traceanalyzer.analyses import analyze
+
+    src = REPO / "tests" / "data" / "gpu" / "slow_loader.json.gz"
+    out = tmp_path / "a.json.gz"
+    old = os.umask(0o022)
+    try:
+        annotate(src, out)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o644
+    events = _events(out)
+    names = {
+        e["tid"]: e["args"]["name"]
+        for e in events
+        if e["ph"] == "M" and e["name"] == "thread_name" and "traceanalyzer:" in e["args"]["name"]
+    }
+    (tid,) = [t for t, n in names.items() if "TA001" in n]
+    slices = [e for e in events if e["ph"] == "X" and e.get("tid") == tid]
+    gaps = (
+        analyze(api.load(src))
+        .gaps.filter(pl.col("cause") == "host_wait")
+        .sort("start_ns")
+        .select("start_ns", "end_ns")
+    )
+    assert len(slices) == gaps.height > 0
+    assert [round(e["ts"] * 1000) for e in slices] == gaps["start_ns"].to_list()
+    durations = (gaps["end_ns"] - gaps["start_ns"]).to_list()
+    assert [round(e["dur"] * 1000) for e in slices] == durations
+    assert all("waiting for the host" in e["args"]["message"] for e in slices)
+    marker = next(
+        e
+        for e in events
+        if e["ph"] == "i" and e.get("cat") == MARKER_CATEGORY and e["args"]["rule"] == "TA001"
+    )
+    assert marker["ts"] == slices[0]["ts"]  # at its first span, not the window start
+
+
+def test_nsys_host_processes_and_threads_are_named(tmp_path: Path) -> None:
+    db = tmp_path / "two_ranks.sqlite"
+    con = sqlite3.connect(db)
+    con.executescript((REPO / "tests" / "data" / "nsys" / "two_ranks.sql").read_text())
+    con.commit()
+    con.close()
+    out = tmp_path / "nsys.json.gz"
+    annotate(db, out)
+    events = _events(out)
+    host = {(e["pid"], e["tid"]) for e in events if e.get("cat") == "cuda_runtime"}
+    named = {(e["pid"], e["tid"]) for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    procs = {e["pid"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    assert host and host <= named and {p for p, _t in host} <= procs

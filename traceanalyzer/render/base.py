@@ -112,14 +112,14 @@ def write_text_atomic(target: Path, text: str, inputs: Sequence[str | Path] = ()
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             out.write(text)
-        os.chmod(tmp, 0o666 & ~_umask())
+        os.chmod(tmp, 0o666 & ~current_umask())
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
-def _umask() -> int:
+def current_umask() -> int:
     """The process umask (read by setting it, then restoring it)."""
     mask = os.umask(0)
     os.umask(mask)

@@ -3,7 +3,10 @@
 # usage: sample_traces/make/run_nsys.sh OUTDIR
 # nsys needs libdw.so.1: unpack libdw1 and libelf1 debs and put them on LD_LIBRARY_PATH
 # (see ../shared/gpu-traces-howto.md); NSYS overrides the nsys binary; ONLY="name ..."
-# records just those captures.
+# records just those captures. nsys_graphs_mixed also leaves its report in
+# OUTDIR/nsys_graphs_mixed.nsys-rep (KEEP_REP="name ..." keeps others' too), and runs with
+# TORCHINDUCTOR_COMPILE_THREADS=1 (Inductor compiles in-process: no worker processes under
+# nsys).
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 OUTDIR=${1:?usage: run_nsys.sh OUTDIR}
@@ -26,6 +29,10 @@ cap() {  # cap NAME "EXTRA NSYS OPTIONS" ARGS-OF-PYTHON...
      timeout 120 "$N" export --type sqlite --force-overwrite=true -o "$TMP/$name.sqlite" "$TMP/$name.nsys-rep"; then
     gzip -9 -c "$TMP/$name.sqlite" >"$OUTDIR/$name.sqlite.gz"
     ls -la "$TMP/$name.sqlite" "$OUTDIR/$name.sqlite.gz"
+    if [[ " ${KEEP_REP:-nsys_graphs_mixed} " == *" $name "* ]]; then
+      cp "$TMP/$name.nsys-rep" "$OUTDIR/$name.nsys-rep"
+      ls -la "$OUTDIR/$name.nsys-rep"
+    fi
   else
     failed="$failed $name"
     echo "=== $name FAILED"
@@ -35,4 +42,5 @@ cap() {  # cap NAME "EXTRA NSYS OPTIONS" ARGS-OF-PYTHON...
 cap nsys_fp32_cold "" "$HERE/nsys_fp32_cold.py"
 cap nsys_graphs_default "" "$HERE/cuda_graphs.py" --nsys
 cap nsys_graphs_node "--cuda-graph-trace=node" "$HERE/cuda_graphs.py" --nsys
+TORCHINDUCTOR_COMPILE_THREADS=1 cap nsys_graphs_mixed "" "$HERE/nsys_graphs_mixed.py"
 echo "=== failed:${failed:- none}"

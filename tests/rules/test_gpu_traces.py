@@ -121,7 +121,33 @@ CASES: dict[str, Truth] = {
         excluded=("step_0", "step_1", "step_2"),
         more_warmup=1,
     ),
+    # torch.compile(mode="reduce-overhead"): forward and backward replayed as CUDA graphs
+    # (2 cudaGraphLaunch per step), loss and fused AdamW eager; GPU-bound (host ~5.5 ms,
+    # GPU 12.3 ms per step, busy ~97 %): never "use torch.compile" nor "use CUDA graphs"
+    "compiled_reduce_overhead.json.gz": Truth(
+        top=None,
+        never=("TA001", "TA002", "TA003", "TA005", "TA006", "TA009"),
+        context={"torch_compile": True, "cuda_graphs": True},
+        advice_never=("torch.compile (", "reduce-overhead", "CUDA graphs for", "adds CUDA graphs"),
+    ),
+    # nsys default capture: 3 eager steps (step_0 cold), a compile_warmup range that is no
+    # step (~2 s: compilation, graph-tree warm-up and capture), then 6 compiled steps, each
+    # 2 graph-level replays + 19 eager kernels, 12.2 ms on the GPU (busy ~99.6 %). The eager
+    # steps before the compilation may be left out; the compiled steps may not: step_3 is
+    # 12.95 ms by CUDA events (6.0 ms on the host), a steady step like the others
+    "nsys_graphs_mixed.sqlite.gz": Truth(
+        top=None,
+        never=("TA001", "TA002", "TA003", "TA005", "TA009"),
+        context={"torch_compile": True, "cuda_graphs": True},
+        excluded=("step_0",),
+        more_warmup=2,
+        advice_never=("torch.compile (", "reduce-overhead", "CUDA graphs for", "adds CUDA graphs"),
+    ),
 }
+
+#: Nsight reports kept beside their SQLite export (same capture, exported by the same nsys):
+#: their truth is the export's; they need an nsys to read (test_nsys_rep_reads_as_its_export).
+REPORTS: dict[str, str] = {"nsys_graphs_mixed.nsys-rep": "nsys_graphs_mixed.sqlite.gz"}
 
 
 def _path(name: str, tmp: Path) -> Path:
@@ -147,7 +173,8 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 def test_every_gpu_trace_has_a_truth() -> None:
     traces = {p.name for p in GPU.iterdir() if p.name != "README.md"}
-    assert traces == set(CASES)
+    assert traces == set(CASES) | set(REPORTS)
+    assert set(REPORTS.values()) <= set(CASES)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -228,6 +255,8 @@ BOUND = {
     "odd_shapes.json.gz": "gpu_compute",
     "tf32.json.gz": "gpu_compute",
     "nsys_fp32_cold.sqlite.gz": "gpu_compute",
+    "compiled_reduce_overhead.json.gz": "gpu_compute",
+    "nsys_graphs_mixed.sqlite.gz": "gpu_compute",
 }
 
 
@@ -258,6 +287,63 @@ def test_graph_level_replays_are_gpu_work(scratch: str) -> None:
         )
     top = {k["name"] for k in whole["kernels"]["top"]}
     assert "CUDA graph 1 replay" in top
+
+
+def test_mixed_graph_replays_and_kernels_are_gpu_work(scratch: str) -> None:
+    """The mixed capture's compiled steps hold 2 graph-level replays (forward ~3.3 ms,
+    backward ~6.75 ms) and 19 eager kernels each, back to back: busy ~99.6 % of each 12.2 ms
+    step. Both graphs show as replays; the model is compiled and graphed."""
+    doc = _report("nsys_graphs_mixed.sqlite.gz", scratch)
+    compiled = [s for s in doc["steps"] if int(s["name"].removeprefix("step_")) >= 3]
+    assert len(compiled) == 6
+    steady = [s for s in compiled if not s["warmup"]]
+    assert len(steady) >= 5
+    for s in steady:
+        # step_3 follows 5.3 s outside every step, so it opens at its own marker, like a first
+        # step: its ~0.9 ms of host launches before the first replay are its own (CUDA events
+        # measured it at 12.95 ms against ~12.2 ms for the later steps)
+        floor = 0.9 if s["name"] == "step_3" else 0.95
+        assert s["busy_ns"] / (s["end_ns"] - s["start_ns"]) > floor, s
+    top = {k["name"] for k in doc["kernels"]["top"]}
+    assert {"CUDA graph 4 replay", "CUDA graph 7 replay"} <= top
+
+
+def test_mixed_time_outside_steps_is_no_steps_time(scratch: str) -> None:
+    """Between step_2 and step_3 the process compiles for ~5.3 s (the `compile_warmup` NVTX
+    range, no step: compilation, the graph trees' warm-up and capture, 385 kernels and 6
+    replays of their own). step_3 is the first compiled step: 6.0 ms on the host, its GPU
+    work spans 12.2 ms (12.95 ms by CUDA events), like steps 4-8; the compile time before
+    it is not step_3's, and step_3 is no outlier."""
+    doc = _report("nsys_graphs_mixed.sqlite.gz", scratch)
+    step3 = next(s for s in doc["steps"] if s["name"] == "step_3")
+    assert step3["end_ns"] - step3["start_ns"] < 20_000_000, step3
+    left_out = [e["name"] for e in doc["window"]["excluded_steps"]]
+    assert "step_3" not in left_out, doc["window"]["excluded_steps"]
+
+
+@pytest.mark.parametrize("name", sorted(REPORTS))
+def test_nsys_rep_reads_as_its_export(name: str, scratch: str, tmp_path: Path) -> None:
+    """A real `.nsys-rep` (needs nsys: --nsys, NSYS, PATH or an install folder) reads as the
+    SQLite export the same nsys made of it, apart from the input's path, and nothing is
+    written beside it. Checked on the H100 machine with nsys 2025.3.1
+    (sample_traces/make/check_nsys_rep.sh)."""
+    from traceanalyzer.readers.nsys_rep import find_nsys
+
+    if find_nsys() is None:
+        pytest.skip("no nsys here to export a .nsys-rep")
+    rep = tmp_path / name
+    shutil.copyfile(GPU / name, rep)
+    direct = api.report(rep).to_json_dict()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]
+    export = _report(REPORTS[name], scratch)
+    assert direct["source"]["path"] == str(rep)
+
+    def unplaced(doc: dict[str, Any]) -> dict[str, Any]:
+        ranks = [{k: v for k, v in r.items() if k != "path"} for r in doc["ranks"]]
+        source = {k: v for k, v in doc["source"].items() if k != "path"}
+        return {**doc, "source": source, "ranks": ranks}
+
+    assert unplaced(direct) == unplaced(export)
 
 
 def test_gzipped_nsight_export_reads_as_the_export(scratch: str) -> None:

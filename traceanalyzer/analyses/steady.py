@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from traceanalyzer.analyses import windows
 from traceanalyzer.analyses.intervals import union
 from traceanalyzer.model import Kind, Timeline
 
@@ -100,7 +101,7 @@ def find(timeline: Timeline, markers: pl.DataFrame, ops: pl.DataFrame) -> Steady
             "reason": pl.String(),
         }
     )
-    tiles = _tiles(ops)
+    tiles = _tiles(ops, markers)
     if markers.height < 2 or tiles.height == 0:
         return SteadyState(markers, empty, _warmup_rows(ops, tiles.clear(), markers))
     per_step = (
@@ -215,9 +216,10 @@ def _flag(
     return out
 
 
-def _tiles(ops: pl.DataFrame) -> pl.DataFrame:
+def _tiles(ops: pl.DataFrame, markers: pl.DataFrame) -> pl.DataFrame:
     """Each step's GPU tile per device: rank, device, step, begin_ns, end_ns, tile_ns (as in
-    windows.device_steps: from the previous step's completion to this one's)."""
+    windows.device_steps: from the previous step's completion to this one's; after long host
+    time outside every step, from its own marker or first GPU operation)."""
     return (
         ops.lazy()
         .filter(pl.col("step").is_not_null())
@@ -227,12 +229,21 @@ def _tiles(ops: pl.DataFrame) -> pl.DataFrame:
             last_ns=pl.col("end_ns").max(),
             ops=pl.len().cast(pl.Int64),
         )
+        .join(
+            markers.lazy().select("rank", "step", m_start="start_ns", m_end="end_ns"),
+            on=["rank", "step"],
+            how="left",
+        )
         .sort("rank", "device", "first_ns")
         .with_columns(end_ns=pl.col("last_ns").cum_max().over("rank", "device"))
         .with_columns(
-            begin_ns=pl.coalesce(
-                pl.col("end_ns").shift(1).over("rank", "device"), pl.col("first_ns")
-            )
+            prev_end=pl.col("end_ns").shift(1).over("rank", "device"),
+            apart=windows.apart_from_previous(["rank", "device"]),
+        )
+        .with_columns(
+            begin_ns=pl.when(pl.col("apart"))
+            .then(pl.max_horizontal("prev_end", pl.min_horizontal("first_ns", "m_start")))
+            .otherwise(pl.coalesce("prev_end", "first_ns"))
         )
         .with_columns(tile_ns=pl.col("end_ns") - pl.col("begin_ns"))
         .select("rank", "device", "step", "begin_ns", "end_ns", "tile_ns", "ops")

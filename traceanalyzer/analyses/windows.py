@@ -208,12 +208,25 @@ def _with_step(links: pl.LazyFrame, markers: pl.LazyFrame) -> pl.LazyFrame:
     return pl.concat([linked, unlinked], how="vertical")
 
 
+def apart_from_previous(key: list[str]) -> pl.Expr:
+    """Whether a step's marker (`m_start`, `m_end`, rows in step order per `key`) starts after
+    more host time outside every step than its own range lasts: 5 s of compilation between
+    two 12 ms NVTX steps, not the few ms between two ProfilerStep ranges of a training loop
+    (that time is the next step's: its input pipeline)."""
+    outside = pl.col("m_start") - pl.col("m_end").shift(1).over(key)
+    return (outside > pl.col("m_end") - pl.col("m_start")).fill_null(False)
+
+
 def device_steps(work: pl.LazyFrame, markers: pl.LazyFrame) -> pl.LazyFrame:
     """Each step on each device: rank, device, step, name, start_ns, end_ns (tiling the window).
 
     A device's first step starts at its marker's start (the host's time before its first
     launch, a slow input pipeline say, is the step's), or later, once the GPU work queued
     before it (not launched in a step) is done, and never after its own first GPU operation.
+    A later step starts where the previous one's GPU work ended, except after time outside
+    every step on the host (see `apart_from_previous`: a warm-up, an evaluation, a checkpoint
+    between NVTX step ranges): then it opens at its own marker the way a first step does,
+    and that time belongs to no step.
     """
     per_step = (
         work.filter(pl.col("step").is_not_null())
@@ -236,16 +249,24 @@ def device_steps(work: pl.LazyFrame, markers: pl.LazyFrame) -> pl.LazyFrame:
     return (
         per_step.with_columns(end_ns=done)
         .join(
-            markers.select("rank", "step", "name", m_start="start_ns"),
+            markers.select("rank", "step", "name", m_start="start_ns", m_end="end_ns"),
             on=["rank", "step"],
             how="left",
         )
         .join(queued, on=DEVICE_KEY, how="left")
         .sort("rank", "device", "first_ns")  # joins do not keep the order the shift needs
         .with_columns(
-            start_ns=pl.coalesce(
-                pl.col("end_ns").shift(1).over(DEVICE_KEY),
-                pl.coalesce(opening, pl.col("first_ns")),
+            prev_end=pl.col("end_ns").shift(1).over(DEVICE_KEY),
+            apart=apart_from_previous(DEVICE_KEY),
+        )
+        .with_columns(
+            start_ns=pl.when(pl.col("apart"))
+            .then(pl.max_horizontal("prev_end", pl.min_horizontal("first_ns", pl.col("m_start"))))
+            .otherwise(
+                pl.coalesce(
+                    pl.col("prev_end"),
+                    pl.coalesce(opening, pl.col("first_ns")),
+                )
             )
         )
         .select("rank", "device", "step", "name", "start_ns", "end_ns", "first_ns")

@@ -4,7 +4,9 @@ Where the trace records the launching operator's input shapes and dtypes
 (`record_shapes=True`), the bytes an operator moves are estimated from them: every tensor
 input is read once, and the output is written once and taken to be as large as the largest
 input (elementwise, normalisation, softmax and casts; `copy_` reads its source and writes its
-destination, which are both inputs). Scalars and non-tensor arguments move nothing. An
+destination, which are both inputs; a fill or random init only writes). Scalars and
+non-tensor arguments move nothing. Operators that touch a few elements of a large input by
+index (nll_loss, embedding, gather, scatter, index_*) get no estimate. An
 operator near 100 % of the peak is at the memory wall: only fusion (fewer passes over
 memory) makes it faster. Shares above 100 % mean the data came from the L2 cache, not from
 DRAM (tensors smaller than L2, re-read right after being written).
@@ -87,6 +89,27 @@ def peak_bandwidth_gbps(device_name: str | None) -> float | None:
     return None
 
 
+#: Operators that write their output and read none of it (a fill, a random init): their
+#: traffic is the output once (`fill_(self, v)` writes self; counting self as read too
+#: doubled it: 196 % of the H100's peak on a real trace).
+WRITE_ONLY_OPS = (
+    r"^aten::(?:fill_|zero_|zeros|zeros_like|ones|ones_like|full|full_like|new_zeros|new_ones"
+    r"|new_full|normal_|uniform_|bernoulli_|random_|exponential_|arange|linspace)$"
+)
+#: Operators that touch a few elements of a large input (by index, mask or target): their
+#: traffic cannot be estimated from the input shapes (nll_loss reads one logit per row of an
+#: N x vocabulary input: shapes made it 14x the H100's peak), so they get no bandwidth.
+SPARSE_ACCESS_OPS = (
+    r"^aten::(?:nll_loss|nll_loss2d|embedding|_embedding_bag|index|index_select|index_add"
+    r"|index_copy|index_fill|index_put|gather|scatter|scatter_add|scatter_reduce|take"
+    r"|masked_select|masked_scatter|nonzero|multinomial)"
+    # compute-bound operators: a memory-bound kernel they launch (a split-K reduction, a
+    # cast of the weights) moves a small part of their inputs: shapes made one 5.6x the peak
+    r"|^aten::(?:mm|bmm|addmm|addmv|baddbmm|matmul|linear|_scaled_mm|conv\w*|cudnn_conv\w*"
+    r"|_convolution\w*|\w*scaled_dot_product\w*|_flash_attention\w*|_efficient_attention\w*)$"
+)
+
+
 def operator_bytes(timeline: Timeline, wanted: pl.LazyFrame | None = None) -> pl.LazyFrame:
     """rank, external_id, op_name, op_start, op_end, bytes: the estimated traffic of each CPU
     operator whose shapes and dtypes were recorded (only those in `wanted`, rank and
@@ -115,10 +138,11 @@ def operator_bytes(timeline: Timeline, wanted: pl.LazyFrame | None = None) -> pl
         .join(shapes.lazy().select("_shape", *SHAPE_TEXT), on="_shape")
         .drop("_shape")
     )
-    is_copy = pl.col("op_name").str.contains(r"^aten::copy_$")
+    name = pl.col("op_name")
+    is_copy = name.str.contains(r"^aten::copy_$")
     return (
         with_shapes(ops.lazy(), traffic)
-        .filter(pl.col("read") > 0)
+        .filter((pl.col("read") > 0) & ~name.str.contains(SPARSE_ACCESS_OPS))
         .select(
             "rank",
             "external_id",
@@ -127,6 +151,8 @@ def operator_bytes(timeline: Timeline, wanted: pl.LazyFrame | None = None) -> pl
             "op_end",
             bytes=pl.when(is_copy)
             .then(pl.col("read"))
+            .when(name.str.contains(WRITE_ONLY_OPS))
+            .then(pl.col("largest"))
             .otherwise(pl.col("read") + pl.col("largest")),
         )
     )

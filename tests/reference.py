@@ -253,6 +253,8 @@ def idle_causes(
             known = [t for t in launches if t is not None]
             launched = min(known) if known else None
             in_sync = sum(max(0, min(e, g1) - max(s, g0)) for s, e in sync_union)
+            if launched is not None and launched < g0:
+                in_sync = 0  # its work was queued before the gap: the sync is not why it idled
             rest = g1 - g0 - in_sync
             causes["sync"] += in_sync
             if launched is not None and launched >= g0:

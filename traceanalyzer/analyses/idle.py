@@ -4,7 +4,8 @@ A gap is a stretch of the window where a device runs no GPU work at all (between
 intervals of the union of its kernels, memcpys and memsets). Its time is split by cause:
 
 1. `sync`: the part of the gap during which a synchronising host call of the same rank was
-   in progress
+   in progress, unless the work that ended the gap was queued before the gap began (then the
+   GPU had work and the sync is not why it idled)
    (`cudaDeviceSynchronize`, `cudaStreamSynchronize`, `cudaEventSynchronize`, a blocking
    `cudaMemcpy`, their driver-API twins, or a CUPTI synchronisation record). While the host
    waits, nothing new is queued, so the GPU drains and sits idle.
@@ -192,7 +193,14 @@ def idle_gaps(
     named = pl.col("n_end") > pl.col("start_ns")
     return (
         with_sync.with_columns(
-            gap_ns=gap_ns, sync_ns=pl.col("end_ns_busy_ns") - pl.col("start_ns_busy_ns")
+            gap_ns=gap_ns,
+            # a sync waits for queued work; where the work that ended the gap was queued
+            # before the gap began, the GPU was not starved of it and the sync is not why
+            # it idled (the profiler's closing cudaDeviceSynchronize, reached while the GPU
+            # is still steps behind, made every small gap of those steps `sync`)
+            sync_ns=pl.when(pl.col("launch_ns") < pl.col("start_ns"))
+            .then(0)
+            .otherwise(pl.col("end_ns_busy_ns") - pl.col("start_ns_busy_ns")),
         )
         .with_columns(rest_cause=rest_cause)
         .with_columns(

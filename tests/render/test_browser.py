@@ -7,6 +7,8 @@ every console message, errors and Content-Security-Policy violations included, a
 
 from __future__ import annotations
 
+import html
+import re
 import shutil
 import subprocess
 import tempfile
@@ -52,6 +54,46 @@ def console_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if ":CONSOLE" in line or "Uncaught" in line]
 
 
+#: Runs in a host page around the report, which sits in a phone-wide iframe (headless
+#: chromium will not make its own window narrower than 500 px): lists every element that
+#: reaches past the frame's right edge outside a scrolling box, and the width of each
+#: finding's text cell.
+PROBE = """<script>
+window.addEventListener("load", function () {
+  var doc = document.getElementById("f").contentDocument, vw = doc.documentElement.clientWidth;
+  var out = ["viewport " + vw, "scroll " + doc.documentElement.scrollWidth];
+  doc.querySelectorAll("body *").forEach(function (e) {
+    var inside = e.parentElement && e.parentElement.closest(".scroll, figure");
+    if (!inside && !e.closest("svg") && e.getBoundingClientRect().right > vw + 1) {
+      out.push("overflow " + e.tagName.toLowerCase() + "." + e.className);
+    }
+  });
+  doc.querySelectorAll("table.findings > tbody > tr > td:last-child").forEach(function (e) {
+    out.push("finding " + Math.round(e.getBoundingClientRect().width));
+  });
+  var pre = document.createElement("pre");
+  pre.id = "probe";
+  pre.textContent = out.join("\\n");
+  document.body.appendChild(pre);
+});
+</script>"""
+
+
+def narrow_layout(page: str, tmp_path: Path, width: int = 375) -> list[str]:
+    """The probe's lines for `page` laid out `width` CSS px wide."""
+    host = tmp_path / "host.html"
+    host.write_text(
+        '<!DOCTYPE html><html><body style="margin:0"><iframe id="f" style="border:0" '
+        f'width="{width}" height="2000" srcdoc="{html.escape(page, quote=True)}"></iframe>'
+        f"{PROBE}</body></html>",
+        encoding="utf-8",
+    )
+    run = chromium(host, tmp_path, "--dump-dom", "--window-size=800,2000")
+    probe = re.search(r'<pre id="probe">(.*?)</pre>', run.stdout, re.S)
+    assert probe is not None, run.stderr[-2000:]
+    return probe.group(1).splitlines()
+
+
 @pytest.fixture(scope="module")
 def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("pages")
@@ -59,6 +101,7 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     for name, src in (
         ("healthy", SAMPLES / "train_bf16_healthy.json.gz"),
         ("evil", evil_trace(root)),
+        ("two_ranks", SAMPLES / "sampled_2rank"),
     ):
         path = root / f"{name}.html"
         path.write_text(page_for(src), encoding="utf-8")
@@ -103,3 +146,21 @@ def test_screenshot_is_not_blank(pages: dict[str, Path], tmp_path: Path) -> None
     colours = np.unique(pixels.reshape(-1, pixels.shape[-1])[::97], axis=0)
     assert len(colours) > 20  # text, tables and the figures' colours, not one flat fill
     assert console_lines(run.stderr) == []
+
+
+def test_narrow_check_catches_overflow(tmp_path: Path) -> None:
+    """The negative control: a table wider than the phone, outside a scrolling box."""
+    wide = "<table><tr>" + "<td>x" * 60 + "</table>"
+    lines = narrow_layout(f"<!DOCTYPE html><body>{wide}</body>", tmp_path)
+    assert "viewport 375" in lines and any(x.startswith("overflow table") for x in lines)
+
+
+@pytest.mark.parametrize("name", ["healthy", "two_ranks"])
+def test_phone_width_nothing_overflows(name: str, pages: dict[str, Path], tmp_path: Path) -> None:
+    """At 375 px, wide tables scroll in their own box, and a finding's text gets the width
+    (it used to collapse to a word per line beside the finding table's other columns)."""
+    lines = narrow_layout(pages[name].read_text(encoding="utf-8"), tmp_path)
+    assert "viewport 375" in lines and "scroll 375" in lines, lines[:5]
+    assert [x for x in lines if x.startswith("overflow")] == []
+    widths = [int(x.split()[1]) for x in lines if x.startswith("finding ")]
+    assert widths and min(widths) >= 300

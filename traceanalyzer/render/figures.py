@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
-from matplotlib.patches import Patch
+from matplotlib.patches import Rectangle
+from matplotlib.ticker import MaxNLocator
 
 from traceanalyzer.analyses.idle import CAUSES
 
@@ -34,21 +35,47 @@ SVG_RC: Any = {  # Any: matplotlib types rc_context's keys as a Literal of every
     "path.simplify": True,
 }
 
-#: Colours of busy time and of each idle cause (the page's CSS legend uses the same).
+#: Colours of busy time, its parts (compute, communication, waiting), each idle cause and the
+#: critical path's kinds; the same key means the same colour in every figure.
 COLOURS: dict[str, str] = {
     "busy": "#2f6db5",
+    "compute": "#2f6db5",
+    "comm": "#7b3fa0",
+    "comm_overlapped": "#b9a0d6",
+    "comm_exposed": "#7b3fa0",
+    "comm_wait": "#e377c2",
+    "gpu_compute": "#2f6db5",
+    "copy": "#76b7b2",
+    "cpu": "#f28e2b",
+    "sync_wait": "#d62728",
+    "idle": "#b5b5b5",
+    "warmup": "#dcdcdc",
     "host_wait": "#f28e2b",
     "sync": "#d62728",
     "launch_overhead": "#e8c547",
     "other": "#b5b5b5",
 }
 CAUSE_LABELS: dict[str, str] = {
-    "busy": "busy",
+    "busy": "GPU busy (compute and communication)",
+    "compute": "compute",
+    "comm": "communication",
+    "comm_overlapped": "communication under compute",
+    "comm_exposed": "communication, exposed",
+    "comm_wait": "waiting for other ranks (in collectives)",
+    "gpu_compute": "GPU compute",
+    "copy": "copy",
+    "cpu": "host (CPU)",
+    "sync_wait": "sync wait",
+    "idle": "idle",
+    "warmup": "warm-up (not analysed)",
     "host_wait": "host wait",
     "sync": "sync",
     "launch_overhead": "launch overhead",
     "other": "other idle",
 }
+#: Step boundaries and finding spans on the timeline.
+STEP_COLOUR = "#1d1f23"
+MARK_COLOUR = "#b3261e"
 #: Height of a strip in row units (rows are 1 apart).
 STRIP_HEIGHT = 0.8
 OVERLAPPED = "#59a14f"
@@ -117,21 +144,60 @@ def short_count(n: int) -> str:
     return str(n)
 
 
+def strip_id(rank: int, device: int) -> str:
+    """The id of a device's strip on the timeline (a `<g>` in the page's SVG)."""
+    return f"timeline-r{rank}-d{device}"
+
+
+def timeline_layers(bins: Sequence[dict[str, Any]]) -> list[str]:
+    """The stacked layers, bottom first. Bins that carry `comm_ns` (collective-kernel time,
+    part of busy) and `comm_wait_ns` (the part of it spent waiting for other ranks) split
+    busy time into compute, communication and waiting; older reports' bins do not."""
+    if any("comm_ns" in b for b in bins):
+        return ["compute", "comm", "comm_wait", *CAUSES]
+    return ["busy", *CAUSES]
+
+
+def _layer_ns(b: dict[str, Any], layer: str) -> float:
+    comm = float(b.get("comm_ns") or 0)
+    wait = min(float(b.get("comm_wait_ns") or 0), comm)
+    if layer == "compute":
+        return max(float(b["busy_ns"] or 0) - comm, 0.0)
+    if layer == "comm":
+        return comm - wait
+    if layer == "comm_wait":
+        return wait
+    return float(b[f"{layer}_ns"] or 0)
+
+
 def timeline_figure(
-    bins: Sequence[dict[str, Any]], labels: Sequence[tuple[int, int, str]], t0_ns: int
+    bins: Sequence[dict[str, Any]],
+    labels: Sequence[tuple[int, int, str]],
+    t0_ns: int,
+    steps: Sequence[Mapping[str, Any]] = (),
+    marks: Sequence[tuple[int, int, int, int, str]] = (),
 ) -> Figure:
     """One strip per (rank, device): each bin's busy time and idle causes stacked as shares
     of the bin, against time since `t0_ns` (ms). `labels` orders the strips: (rank, device,
-    label)."""
+    label). `steps` (the report's step rows) draw each step's boundaries on its strip;
+    `marks` (rank, device, start_ns, end_ns, id) outline a finding's time span. The legend is
+    the page's (HTML, beside the figure: `timeline_layers` names the colours). Every strip,
+    its step boundaries and each mark is an SVG group with an id, so the page can link to
+    them (`strip_id`, `step-boundaries-r<rank>-d<device>`, the mark's id)."""
     with matplotlib.rc_context(SVG_RC):
         rows = max(len(labels), 1)
-        fig = Figure(figsize=(10, 0.9 + 0.42 * rows), layout="constrained")
+        fig = Figure(figsize=(10, 1.3 + 0.42 * rows), layout="constrained")
         ax = fig.add_subplot()
         by_device: dict[tuple[int, int], list[dict[str, Any]]] = {}
         for b in bins:
             by_device.setdefault((b["rank"], b["device"]), []).append(b)
-        layers = ["busy", *CAUSES]
-        for i, (rank, device, _label) in enumerate(labels):
+        steps_by_device: dict[tuple[int, int], list[Mapping[str, Any]]] = {}
+        for s in steps:
+            steps_by_device.setdefault((s["rank"], s["device"]), []).append(s)
+        layers = timeline_layers(bins)
+        row_of = {(rank, device): rows - 1 - i for i, (rank, device, _l) in enumerate(labels)}
+        lo_ms = hi_ms = 0.0
+        for (rank, device), y0 in row_of.items():
             mine = sorted(by_device.get((rank, device), []), key=lambda b: b["bin"])
             if not mine:
                 continue
@@ -139,14 +205,9 @@ def timeline_figure(
             ends = np.array([b["end_ns"] for b in mine], dtype=np.int64)
             width = np.maximum(ends - starts, 1).astype(np.float64)
             edges = np.append(starts - t0_ns, ends[-1] - t0_ns) / 1e6
-            shares = (
-                np.array(
-                    [[b[f"{layer}_ns"] or 0 for b in mine] for layer in layers], dtype=np.float64
-                )
-                / width
-            )
+            lo_ms, hi_ms = min(lo_ms, edges[0]), max(hi_ms, edges[-1])
+            shares = np.array([[_layer_ns(b, layer) for b in mine] for layer in layers]) / width
             tops = np.cumsum(shares, axis=0) * STRIP_HEIGHT
-            y0 = rows - 1 - i
             # Painter's order, tallest first: each layer is one outline on the strip's
             # baseline (half the path of a band with its own lower edge).
             for layer, top in reversed(list(zip(layers, tops, strict=True))):
@@ -154,20 +215,122 @@ def timeline_figure(
                     ax.stairs(
                         top + y0, edges, baseline=y0, fill=True, color=COLOURS[layer], linewidth=0
                     )
+            # An outline the page links to (and highlights when it is the link's target).
+            frame = Rectangle(
+                (edges[0], y0), edges[-1] - edges[0], STRIP_HEIGHT, fill=False, linewidth=0
+            )
+            frame.set_gid(strip_id(rank, device))
+            ax.add_patch(frame)
+            bounds = _step_bounds(steps_by_device.get((rank, device), []), starts[0], ends[-1])
+            if bounds:
+                lines = ax.vlines(
+                    (np.array(bounds, dtype=np.int64) - t0_ns) / 1e6,
+                    y0 - 0.06,
+                    y0 + STRIP_HEIGHT + 0.06,
+                    colors=STEP_COLOUR,
+                    linewidths=0.9,
+                )
+                lines.set_gid(f"step-boundaries-r{rank}-d{device}")
+        for rank, device, start_ns, end_ns, gid in marks:
+            if (rank, device) not in row_of:
+                continue
+            y0 = row_of[(rank, device)]
+            span = Rectangle(
+                ((start_ns - t0_ns) / 1e6, y0 - 0.08),
+                max(end_ns - start_ns, 1) / 1e6,
+                STRIP_HEIGHT + 0.16,
+                fill=False,
+                edgecolor=MARK_COLOUR,
+                linewidth=1.2,
+            )
+            span.set_gid(gid)
+            ax.add_patch(span)
         ax.set_yticks([rows - 1 - i + 0.4 for i in range(len(labels))])
         ax.set_yticklabels([label for _r, _d, label in labels])
-        ax.set_ylim(-0.15, rows)
+        ax.set_ylim(-0.25, rows)
+        if hi_ms > lo_ms:
+            ax.set_xlim(lo_ms, hi_ms)
         ax.set_xlabel("time since the window's start (ms)")
         ax.tick_params(axis="y", length=0)
         ax.spines["left"].set_visible(False)
-        handles = [Patch(color=COLOURS[k], label=CAUSE_LABELS[k]) for k in layers]
-        ax.legend(
-            handles=handles,
-            loc="lower center",
-            bbox_to_anchor=(0.5, 1.0),
-            ncols=len(layers),
-            frameon=False,
-        )
+    return fig
+
+
+def _step_bounds(steps: Sequence[Mapping[str, Any]], lo_ns: int, hi_ns: int) -> list[int]:
+    """The distinct step starts and ends that fall inside [lo_ns, hi_ns]."""
+    times = {t for s in steps for t in (s["start_ns"], s["end_ns"])}
+    return sorted(t for t in times if lo_ns <= t <= hi_ns)
+
+
+def device_split_figure(labels: Sequence[str], parts_ms: Mapping[str, Sequence[float]]) -> Figure:
+    """Per (rank, device), its window split into compute, communication (overlapped with
+    compute, exposed, and waiting for other ranks inside collectives) and idle by cause (ms):
+    one stacked bar per device, in `labels` order; `parts_ms` maps a key of `COLOURS` to one
+    value per device. The legend is the page's."""
+    return _stacked_bars(labels, parts_ms, "time in the device's window (ms)", legend=False)
+
+
+def step_figure(labels: Sequence[str], parts_ms: Mapping[str, Sequence[float]]) -> Figure:
+    """Per step, its time split into GPU busy and idle by cause (ms), one bar per step; a
+    warm-up step that was left out of the analysis is one `warmup` part."""
+    return _stacked_bars(labels, parts_ms, "step time (ms)")
+
+
+def critical_path_figure(labels: Sequence[str], parts_ms: Mapping[str, Sequence[float]]) -> Figure:
+    """Per rank, the mean analysed step's critical path split by what bounds it (ms)."""
+    return _stacked_bars(labels, parts_ms, "critical path per step (ms)")
+
+
+def _stacked_bars(
+    labels: Sequence[str],
+    parts_ms: Mapping[str, Sequence[float]],
+    xlabel: str,
+    *,
+    legend: bool = True,
+) -> Figure:
+    """Horizontal stacked bars, one per label (top to bottom), one colour per part of
+    `parts_ms` (keys of `COLOURS`, in order); a legend lists the parts that are not all 0
+    (unless the page draws it)."""
+    with matplotlib.rc_context(SVG_RC):
+        rows = max(len(labels), 1)
+        fig = Figure(figsize=(10, 1.0 + 0.26 * rows), layout="constrained")
+        ax = fig.add_subplot()
+        pos = np.arange(len(labels))[::-1]
+        left = np.zeros(len(labels))
+        for key, values in parts_ms.items():
+            v = np.asarray(values, dtype=np.float64)
+            if not v.any():
+                continue
+            ax.barh(pos, v, left=left, color=COLOURS[key], label=CAUSE_LABELS[key], height=0.75)
+            left += v
+        ax.set_yticks(pos)
+        ax.set_yticklabels(labels)
+        ax.set_xlabel(xlabel)
+        ax.tick_params(axis="y", length=0)
+        if legend:
+            ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=4, frameon=False)
+    return fig
+
+
+def memory_figure(
+    series: Sequence[tuple[str, Sequence[float]]], capacity_gb: float | None
+) -> Figure:
+    """Peak allocated memory per step (GB), one line per (rank, device) label; the device's
+    memory as a dashed line where known."""
+    with matplotlib.rc_context(SVG_RC):
+        fig = Figure(figsize=(10, 2.8), layout="constrained")
+        ax = fig.add_subplot()
+        for label, values in series:
+            steps = np.arange(1, len(values) + 1)
+            ax.plot(steps, values, marker="o", markersize=3, linewidth=1.4, label=label)
+        if capacity_gb is not None:
+            ax.axhline(
+                capacity_gb, color="#5f6570", linestyle="--", linewidth=1, label="device memory"
+            )
+        ax.set_xlabel("analysed step")
+        ax.set_ylabel("peak allocated (GB)")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=4, frameon=False)
     return fig
 
 

@@ -13,9 +13,9 @@ import base64
 import functools
 import hashlib
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any, TextIO
 
-import orjson
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
 
@@ -32,35 +32,149 @@ MAX_STEP_ROWS = 400
 MAX_STRIPS = 64
 MAX_COLLECTIVE_ROWS = 40
 NAME_WIDTH = 300
+MAX_STEP_BARS = 48
+#: The critical path's kinds, in the order the chart stacks them.
+PATH_KINDS = ("gpu_compute", "comm", "copy", "cpu", "sync_wait", "idle")
 
 
-def size(n: int | None) -> str:
+def size(n: float | None) -> str:
     """Bytes as B, kB, MB or GB (decimal)."""
     if n is None:
         return "n/a"
     for scale, unit in ((1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
         if abs(n) >= scale:
             return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
+    return f"{round(n)} B"
+
+
+def bandwidth(gbps: float | None) -> str:
+    """GB/s with one decimal."""
+    return "n/a" if gbps is None else f"{gbps:,.1f} GB/s"
+
+
+#: Evidence keys whose generic label (the key in words, unit suffix dropped) reads poorly.
+EVIDENCE_LABELS: dict[str, str] = {
+    "impact_share_of_step": "impact, share of a step",
+    "threshold_share": "threshold",
+    "threshold_overlap_share": "threshold, overlap",
+    "threshold_per_step": "threshold per step",
+    "threshold_steps": "threshold, steps",
+    "per_step": "per step",
+    "per_step_bytes": "growth per step",
+    "bytes_per_step": "growth per step",
+    "window_ns": "window",
+    "idle_with_refill_ns": "idle, with the queue's refill",
+    "rank_wait_ns": "rank's wait in collectives",
+    "slowest_rank_wait_ns": "slowest rank's wait",
+    "critical_path_saving_ns": "critical-path saving",
+    "steps_to_oom": "steps to out of memory",
+    "rising_share": "steps that rose",
+    "reference_tflops": "reference",
+    "gbps": "achieved",
+    "peak_gbps": "peak",
+    "m": "M",
+    "n": "N",
+    "k": "K",
+    "op": "operator",
+    "op_name": "operator",
+    "msg_bytes": "message",
+    "fp32_without_tf32": "FP32 without TF32",
+    "half_precision_off_tc": "half precision off Tensor Cores",
+    "mean_kernel_ns": "mean kernel",
+    "mean_wait_ns": "mean wait",
+    "tc_ns": "time on Tensor Cores",
+    "non_tc_ns": "GEMM time off Tensor Cores",
+    "gemm_ns": "GEMM time",
+    "comm_ns": "communication time",
+    "kernel_ns": "kernel time",
+    "total_ns": "time",
+    "copy_cast_ns": "copy and cast time",
+    "copy_cast_count": "copy and cast kernels",
+}
+#: Unit suffixes dropped from a label (the value carries its unit; "share" stays a word).
+_UNIT_SUFFIXES = ("_ns", "_bytes", "_gbps", "_tflops")
+#: Words of a key written out in a label.
+_WORDS = {
+    "comm": "communication",
+    "tc": "Tensor Core",
+    "gemm": "GEMM",
+    "oom": "out of memory",
+    "gpu": "GPU",
+    "cpu": "CPU",
+    "fp32": "FP32",
+    "tf32": "TF32",
+}
+#: Rows shown of a list inside the evidence (the embedded JSON keeps all).
+MAX_EVIDENCE_ROWS = 12
+
+
+def evidence_label(key: str) -> str:
+    """An evidence key in words, its unit suffix dropped (the value carries the unit):
+    `exposed_comm_ns` -> "Exposed communication", `tc_ns` -> "Tensor Core"."""
+    words = EVIDENCE_LABELS.get(key)
+    if words is None:
+        for suffix in _UNIT_SUFFIXES:
+            words = (words or key).removesuffix(suffix)
+        words = " ".join(_WORDS.get(w, w) for w in (words or key).split("_") if w)
+    return words[:1].upper() + words[1:] if words else key
+
+
+def _is_share(key: str) -> bool:
+    return key.endswith("_share") or "_share_of_" in key or key.startswith("share")
 
 
 def evidence_value(key: str, value: Any) -> str:
-    """One evidence number for display, by its unit suffix."""
+    """One evidence value for display, in the unit its key names: ns as ms/µs, shares as %,
+    bytes as MB/GB, bandwidth as GB/s; nested values as `key: value` text."""
     if value is None:
         return "n/a"
     if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, int) and key.endswith("_ns"):
-        return duration(value)
-    if isinstance(value, int | float) and key.endswith("_share"):
-        return percent(value)
-    if isinstance(value, int) and key.endswith("_bytes"):
-        return size(value)
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    if isinstance(value, list | dict):
-        return printable(orjson.dumps(value, default=str).decode(), 400)
+        return "yes" if value else "no"
+    if isinstance(value, int | float):
+        if key.endswith("_ns"):
+            return duration(round(value))
+        if _is_share(key):
+            return "< 0.1 %" if 0 < abs(value) < 0.0005 else percent(value)
+        if key.endswith("_bytes") or key == "bytes" or key == "bytes_per_step":
+            return size(value)
+        if key.endswith("gbps"):
+            return bandwidth(value)
+        if key.endswith("tflops"):
+            return f"{value:,.0f} TFLOP/s"
+        if isinstance(value, float):
+            return f"{value:.3g}"
+        return f"{value:,}" if abs(value) >= 10_000 else str(value)
+    if isinstance(value, list):
+        shown = ", ".join(evidence_value(key, v) for v in value[:MAX_EVIDENCE_ROWS])
+        return shown + (f", … ({len(value)} in all)" if len(value) > MAX_EVIDENCE_ROWS else "")
+    if isinstance(value, dict):
+        return "; ".join(f"{evidence_label(k)}: {evidence_value(k, v)}" for k, v in value.items())
     return printable(str(value), 400)
+
+
+def evidence_rows(evidence: dict[str, Any]) -> list[dict[str, Any]]:
+    """A finding's evidence as labelled rows: `{label, value}`, or, for a list of records
+    (collectives, call sites, shapes), `{label, head, rows, more}`: a small table with
+    labelled columns and formatted cells."""
+    out: list[dict[str, Any]] = []
+    for key, value in evidence.items():
+        label = evidence_label(key)
+        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            cols = list(dict.fromkeys(k for v in value for k in v))
+            out.append(
+                {
+                    "label": label,
+                    "head": [evidence_label(c) for c in cols],
+                    "rows": [
+                        [evidence_value(c, v.get(c)) for c in cols]
+                        for v in value[:MAX_EVIDENCE_ROWS]
+                    ],
+                    "more": max(len(value) - MAX_EVIDENCE_ROWS, 0),
+                }
+            )
+        else:
+            out.append({"label": label, "value": evidence_value(key, value)})
+    return out
 
 
 def embedded_json(report: Report) -> Markup:
@@ -86,6 +200,7 @@ def _environment() -> Environment:
     env.filters["dur"] = duration
     env.filters["pct"] = percent
     env.filters["size"] = size
+    env.filters["gbps"] = bandwidth
     env.filters["text"] = printable
     env.filters["key"] = lambda v: "" if v is None else v
     return env
@@ -133,6 +248,7 @@ def _severity_counts(r: Report) -> str:
 def _findings(r: Report) -> list[dict[str, Any]]:
     """The findings in report order (most impactful first), grouped by rule: a group per
     rule, in the order of its first finding, so advice and docs show once per rule."""
+    targets, _marks = _timeline_targets(r)
     groups: dict[str, dict[str, Any]] = {}
     for i, f in enumerate(r.findings, start=1):
         scope = []
@@ -164,19 +280,167 @@ def _findings(r: Report) -> list[dict[str, Any]]:
                 "f": f,
                 "scope": ", ".join(scope) or "whole trace",
                 "own_advice": f.advice if f.advice != group["advice"] else None,
-                "evidence": [(k, evidence_value(k, v)) for k, v in f.evidence.items()],
+                "evidence": evidence_rows(f.evidence),
+                "timeline": targets[i],
             }
         )
     return list(groups.values())
 
 
+def _strips(r: Report) -> list[tuple[int, int]]:
+    """The (rank, device) strips the timeline draws, top to bottom."""
+    if not r.timeline_bins:
+        return []
+    return [(d["rank"], d["device"]) for d in r.devices][:MAX_STRIPS]
+
+
+def _timeline_targets(
+    r: Report,
+) -> tuple[dict[int, str], list[tuple[int, int, int, int, str]]]:
+    """Where each finding (by its number) sits on the timeline: the id of its time span's
+    outline (a finding with a window), else of its device's strip, else of its rank's first
+    strip, else the timeline section; and the spans to outline (rank, device, start, end,
+    id)."""
+    strips = _strips(r)
+    targets: dict[int, str] = {}
+    marks: list[tuple[int, int, int, int, str]] = []
+    for i, f in enumerate(r.findings, start=1):
+        sc = f.scope
+        mine = [
+            s
+            for s in strips
+            if (sc.rank is None or s[0] == sc.rank) and (sc.device is None or s[1] == sc.device)
+        ]
+        if not mine or (sc.rank is None and sc.device is None and sc.window is None):
+            targets[i] = "timeline"
+        elif sc.window is not None:
+            gid = f"timeline-finding-{i}"
+            marks.append((mine[0][0], mine[0][1], sc.window[0], sc.window[1], gid))
+            targets[i] = gid
+        else:
+            targets[i] = figures.strip_id(*mine[0])
+    return targets, marks
+
+
+#: The parts of a device's window in the split chart, in stacking order.
+SPLIT_PARTS = (
+    "compute",
+    "comm_overlapped",
+    "comm_exposed",
+    "comm_wait",
+    "host_wait",
+    "sync",
+    "launch_overhead",
+    "other",
+)
+
+
+def _legend(keys: Sequence[str]) -> list[tuple[str, str, str]]:
+    """(key, label, colour) per part: the HTML legend beside a figure, same colours."""
+    return [(k, figures.CAUSE_LABELS[k], figures.COLOURS[k]) for k in keys]
+
+
+def _svg(fig: Any) -> Markup:
+    return Markup(figures.to_svg(fig))
+
+
+def device_split(r: Report) -> tuple[list[str], dict[str, list[float]]]:
+    """Each device's window in ms, by `SPLIT_PARTS`: compute (busy with no collective
+    running), communication under compute, exposed communication, waiting for other ranks
+    inside collectives, and idle by cause (the first `MAX_STRIPS` devices); the parts add
+    up to the window. The wait is the
+    rank's (`communication.ranks`), shared between its devices by exposed communication and
+    taken out of the exposed part: a rank that waits for a straggler shows it here, where
+    the timeline's busy time hides it."""
+    waits = {x["rank"]: x["wait_ns"] or 0 for x in r.communication["ranks"]}
+    exposed_by_rank = Counter[int]()
+    for d in r.devices:
+        exposed_by_rank[d["rank"]] += d["exposed_comm_ns"]
+    parts: dict[str, list[float]] = {k: [] for k in SPLIT_PARTS}
+    shown = r.devices[:MAX_STRIPS]
+    for d in shown:
+        exposed = d["exposed_comm_ns"]
+        total = exposed_by_rank[d["rank"]]
+        wait = min(waits.get(d["rank"], 0) * exposed / total, exposed) if total else 0.0
+        parts["compute"].append(max(d["busy_ns"] - d["comm_ns"], 0) / 1e6)
+        parts["comm_overlapped"].append(d["overlapped_comm_ns"] / 1e6)
+        parts["comm_exposed"].append((exposed - wait) / 1e6)
+        parts["comm_wait"].append(wait / 1e6)
+        for c in ("host_wait", "sync", "launch_overhead", "other"):
+            parts[c].append(d["idle_by_cause"].get(c, 0) / 1e6)
+    return [_device_label(d["rank"], d["device"]) for d in shown], parts
+
+
+def _device_split(r: Report) -> Markup | None:
+    if not r.devices:
+        return None
+    labels, parts = device_split(r)
+    return _svg(figures.device_split_figure(labels, parts))
+
+
+def _step_chart(r: Report) -> Markup | None:
+    """One bar per step (the first `MAX_STEP_BARS`): GPU busy and idle by cause; a warm-up
+    step left out of the analysis is one grey bar."""
+    rows = r.steps[:MAX_STEP_BARS]
+    if not rows:
+        return None
+    parts: dict[str, list[float]] = {
+        k: [] for k in ("busy", "host_wait", "sync", "launch_overhead", "other", "warmup")
+    }
+    for s in rows:
+        span = (s["end_ns"] - s["start_ns"]) / 1e6
+        analysed = not s.get("warmup") and s["idle_by_cause"]
+        parts["busy"].append(s["busy_ns"] / 1e6 if analysed else 0.0)
+        for c in ("host_wait", "sync", "launch_overhead", "other"):
+            parts[c].append(s["idle_by_cause"].get(c, 0) / 1e6 if analysed else 0.0)
+        parts["warmup"].append(0.0 if analysed else span)
+    labels = [f"r{s['rank']} GPU {s['device']} · {printable(s['name'], 40)}" for s in rows]
+    return _svg(figures.step_figure(labels, parts))
+
+
+def _critical_path_chart(r: Report) -> Markup | None:
+    """Per rank, the mean analysed step's critical path by what bounds it."""
+    rows = [c for c in r.critical_path if c["steps"]]
+    if not rows:
+        return None
+    parts: dict[str, list[float]] = {
+        k: [c["by_kind"].get(k, 0) / c["steps"] / 1e6 for c in rows] for k in PATH_KINDS
+    }
+    return _svg(figures.critical_path_figure([f"rank {c['rank']}" for c in rows], parts))
+
+
+def _memory_chart(r: Report) -> Markup | None:
+    """Peak allocated memory per analysed step for each device whose memory was recorded:
+    the memory-growth finding's per-step peaks where it has them, else the first and the
+    last step's peaks."""
+    if not r.memory_growth:
+        return None
+    peaks: dict[tuple[int | None, int | None], list[int]] = {}
+    capacity: int | None = None
+    for f in r.findings:
+        if isinstance(f.evidence.get("step_peaks_bytes"), list):
+            peaks[(f.scope.rank, f.scope.device)] = f.evidence["step_peaks_bytes"]
+            capacity = capacity or f.evidence.get("device_memory_bytes")
+    series = []
+    for g in r.memory_growth[:MAX_STRIPS]:
+        values = peaks.get((g["rank"], g["device"])) or [
+            g["first_peak_bytes"],
+            g["last_peak_bytes"],
+        ]
+        series.append((_device_label(g["rank"], g["device"]), [v / 1e9 for v in values]))
+    return _svg(figures.memory_figure(series, None if capacity is None else capacity / 1e9))
+
+
 def _figures(r: Report) -> dict[str, Markup | None]:
-    strips = [(d["rank"], d["device"]) for d in r.devices][:MAX_STRIPS]
+    strips = _strips(r)
     t0 = r.window["start_ns"] or 0
     timeline = None
-    if r.timeline_bins and strips:
+    if strips:
         labels = [(rk, dv, _device_label(rk, dv)) for rk, dv in strips]
-        timeline = figures.to_svg(figures.timeline_figure(r.timeline_bins, labels, t0))
+        _targets, marks = _timeline_targets(r)
+        timeline = figures.to_svg(
+            figures.timeline_figure(r.timeline_bins, labels, t0, r.steps, marks)
+        )
     hist = r.kernels["duration_histogram"]
     durations = None
     if any(b["count"] for b in hist):
@@ -217,6 +481,10 @@ def _figures(r: Report) -> dict[str, Markup | None]:
         "durations": Markup(durations) if durations else None,
         "launch_sizes": Markup(launch) if launch else None,
         "overlap": Markup(overlap) if overlap else None,
+        "device_split": _device_split(r),
+        "steps": _step_chart(r),
+        "critical_path": _critical_path_chart(r),
+        "memory": _memory_chart(r),
     }
 
 
@@ -234,6 +502,11 @@ def page_context(report: Report) -> dict[str, Any]:
             (code, BY_CODE[code].slug, _rule_doc(code)) for code in codes if code in BY_CODE
         ],
         "figures": _figures(r),
+        "timeline_legend": _legend(figures.timeline_layers(r.timeline_bins)),
+        "timeline_splits_comm": "comm_ns" in (r.timeline_bins[0] if r.timeline_bins else {}),
+        "split_legend": _legend(SPLIT_PARTS),
+        "has_marks": bool(_timeline_targets(r)[1]),
+        "step_bars": MAX_STEP_BARS,
         "strips_shown": min(len(r.devices), MAX_STRIPS),
         "steps": r.steps[:MAX_STEP_ROWS],
         "collectives": r.communication["per_collective"][:MAX_COLLECTIVE_ROWS],

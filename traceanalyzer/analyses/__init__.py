@@ -157,13 +157,29 @@ def analyze(
         memory_peaks=peaks,
         non_tc_gemms=gemm_units.non_tensor_core_gemms(in_windows),
         early_starts=clock.early_starts(timeline, work=linked),
-        timeline_bins=idle.timeline_bins(gaps, wins),
+        timeline_bins=idle.timeline_bins(gaps, wins, comm=_comm_spans(kin) if has_comm else None),
         memory_growth=memory.growth(peaks),
         critical_steps=paths.steps,
         what_if=paths.what_if,
         excluded_steps=state.excluded,
         warmup_steps=state.warmup_rows,
         outside_window=windows.outside_window(linked.lazy(), wins.lazy()).collect(),
+    )
+
+
+def _comm_spans(kernels: pl.LazyFrame) -> pl.DataFrame:
+    """Communication kernels (rank, device, start_ns, end_ns, wait_ns), clipped to the
+    windows; wait_ns where they match across ranks (else 0)."""
+    waits = overlap.matched_collectives(kernels).select(
+        "rank", "device", "start_ns", "end_ns", "wait_ns"
+    )
+    return (
+        kernels.filter(pl.col("is_comm"))
+        .select("rank", "device", "start_ns", "end_ns")
+        .join(waits, on=["rank", "device", "start_ns", "end_ns"], how="left")
+        .with_columns(pl.col("wait_ns").fill_null(0))
+        .unique(maintain_order=True)
+        .collect()
     )
 
 

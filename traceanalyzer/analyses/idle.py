@@ -515,11 +515,19 @@ TIMELINE_BINS = 240
 
 
 def timeline_bins(
-    gaps: pl.DataFrame, windows: pl.DataFrame, bins: int = TIMELINE_BINS
+    gaps: pl.DataFrame,
+    windows: pl.DataFrame,
+    bins: int = TIMELINE_BINS,
+    comm: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """rank, device, bin, start_ns, end_ns, busy_ns and `<cause>_ns`: each device's window cut
     into `bins` equal bins. A gap's time in a bin is split between its causes in proportion
-    to their shares of the whole gap."""
+    to their shares of the whole gap.
+
+    With `comm` (communication kernels: rank, device, start_ns, end_ns, wait_ns), two more
+    columns: `comm_ns`, the bin's time with a collective running (part of busy_ns), and
+    `comm_wait_ns`, the part of it spent waiting for other ranks (the first `wait_ns` of each
+    matched collective; see overlap.matched_collectives)."""
     key = ["rank", "device"]
     wins = windows.select(
         *key,
@@ -560,12 +568,45 @@ def timeline_bins(
         .agg([(pl.col(f"{c}_ns") * pl.col("part")).sum().alias(f"{c}_ns") for c in CAUSES])
     )
     idle = sum((pl.col(f"{c}_ns") for c in CAUSES), pl.lit(0, pl.Int64))
-    return (
+    out = (
         grid.lazy()
         .join(pieces, on=[*key, "bin"], how="left")
         .with_columns([pl.col(f"{c}_ns").fill_null(0.0).round().cast(pl.Int64) for c in CAUSES])
         .with_columns(busy_ns=(pl.col("end_ns") - pl.col("start_ns") - idle).clip(0))
         .select(*key, "bin", "start_ns", "end_ns", "busy_ns", *(f"{c}_ns" for c in CAUSES))
-        .sort(*key, "bin")
-        .collect()
+    )
+    if comm is not None:
+        spans = comm.lazy().select(*key, "start_ns", "end_ns")
+        waits = comm.lazy().select(
+            *key, "start_ns", end_ns=pl.col("start_ns") + pl.col("wait_ns").fill_null(0)
+        )
+        for name, frame in (("comm_ns", spans), ("comm_wait_ns", waits)):
+            covered = _covered_per_bin(union(frame, key).drop("busy_before_ns"), wins, bins)
+            out = out.join(covered.rename({"ns": name}), on=[*key, "bin"], how="left")
+            out = out.with_columns(pl.col(name).fill_null(0))
+    return out.sort(*key, "bin").collect()
+
+
+def _covered_per_bin(intervals: pl.LazyFrame, wins: pl.DataFrame, bins: int) -> pl.LazyFrame:
+    """rank, device, bin, ns: how much of each bin the (disjoint) intervals cover."""
+    key = ["rank", "device"]
+    first = ((pl.col("start_ns") - pl.col("w_start")) // pl.col("width")).clip(0, bins - 1)
+    last = ((pl.col("end_ns") - 1 - pl.col("w_start")) // pl.col("width")).clip(0, bins - 1)
+    return (
+        intervals.join(wins.lazy(), on=key)
+        .filter((pl.col("end_ns") > pl.col("w_start")) & (pl.col("start_ns") < pl.col("w_end")))
+        .with_columns(bin=pl.int_ranges(first, last + 1))
+        .explode("bin")
+        .with_columns(
+            b_lo=pl.col("w_start") + pl.col("bin") * pl.col("width"),
+            b_hi=pl.min_horizontal(
+                pl.col("w_start") + (pl.col("bin") + 1) * pl.col("width"), pl.col("w_end")
+            ),
+        )
+        .with_columns(
+            ns=(pl.min_horizontal("end_ns", "b_hi") - pl.max_horizontal("start_ns", "b_lo")).clip(0)
+        )
+        .group_by(*key, "bin")
+        .agg(pl.col("ns").sum().cast(pl.Int64))
+        .with_columns(pl.col("bin").cast(pl.Int64))
     )

@@ -131,6 +131,30 @@ def per_collective(kernels: pl.LazyFrame, has_comm: bool = True) -> pl.LazyFrame
     )
 
 
+def matched_collectives(kernels: pl.LazyFrame) -> pl.LazyFrame:
+    """The communication kernels matched across ranks (see `rank_imbalance`): rank, device,
+    start_ns, end_ns, dur, wait_ns (the part of the kernel spent waiting for the last rank
+    to arrive: it sits at the kernel's start)."""
+    comm = (
+        kernels.filter(pl.col("is_comm"))
+        .sort("rank", "start_ns")
+        .with_columns(
+            seq=pl.int_range(pl.len()).over("rank"),
+            dur=pl.col("end_ns") - pl.col("start_ns"),
+        )
+    )
+    n_ranks = comm.select(pl.col("rank").n_unique())
+    return (
+        comm.with_columns(
+            ranks=pl.col("rank").n_unique().over("seq"),
+            kinds=pl.col("collective_kind").n_unique().over("seq"),
+        )
+        .join(n_ranks.rename({"rank": "world"}), how="cross")
+        .filter((pl.col("ranks") == pl.col("world")) & (pl.col("kinds") == 1))
+        .with_columns(wait_ns=pl.col("dur") - pl.col("dur").min().over("seq"))
+    )
+
+
 def rank_imbalance(kernels: pl.LazyFrame) -> pl.LazyFrame:
     """Per rank: wait_ns, the time its collectives spent waiting for the slowest rank.
 
@@ -141,26 +165,9 @@ def rank_imbalance(kernels: pl.LazyFrame) -> pl.LazyFrame:
     the shortest duration of that collective. Durations, not timestamps, are compared, so
     unsynchronised host clocks do not matter. Columns: rank, collectives, comm_ns, wait_ns.
     """
-    comm = (
-        kernels.filter(pl.col("is_comm"))
-        .sort("rank", "start_ns")
-        .with_columns(
-            seq=pl.int_range(pl.len()).over("rank"),
-            dur=pl.col("end_ns") - pl.col("start_ns"),
-        )
-    )
-    n_ranks = comm.select(pl.col("rank").n_unique())
-    matched = (
-        comm.with_columns(
-            ranks=pl.col("rank").n_unique().over("seq"),
-            kinds=pl.col("collective_kind").n_unique().over("seq"),
-        )
-        .join(n_ranks.rename({"rank": "world"}), how="cross")
-        .filter((pl.col("ranks") == pl.col("world")) & (pl.col("kinds") == 1))
-        .with_columns(wait_ns=pl.col("dur") - pl.col("dur").min().over("seq"))
-    )
     return (
-        matched.group_by("rank")
+        matched_collectives(kernels)
+        .group_by("rank")
         .agg(
             collectives=pl.len().cast(pl.Int64),
             comm_ns=pl.col("dur").sum(),

@@ -28,10 +28,12 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer import __version__
+from traceanalyzer.analyses.idle import CAUSES
 from traceanalyzer.config import Settings
 from traceanalyzer.errors import ConfigError, TraceAnalyzerError
 from traceanalyzer.readers.archives import DEFAULT_MAX_UNPACKED, Run, discover
 from traceanalyzer.render.base import write_text_atomic
+from traceanalyzer.report import job_step_ns
 
 #: Seconds to wait for a dask scheduler to answer before giving up.
 DASK_CONNECT_TIMEOUT_S = 10
@@ -106,16 +108,11 @@ def summary_row(label: str, path: Path, digest: str, rep: Any, report_path: str)
     doc = rep.to_json_dict()
     devices = doc["devices"]
     window = sum(d["window_ns"] for d in devices)
-    causes = {
-        c: sum(d["idle_by_cause"][c] for d in devices)
-        for c in ("host_wait", "sync", "launch_overhead", "other")
-    }
+    causes = {c: sum(d["idle_by_cause"][c] for d in devices) for c in CAUSES}
     gemm = sum(d["tensor_core"]["gemm_ns"] for d in devices)
     paths = doc["critical_path"]
-    analysed = sum(p["steps"] for p in paths)
     findings = rep.findings
-    order = ["info", "warning", "critical"]
-    worst = max((f.severity.value for f in findings), key=order.index, default=None)
+    worst = max((f.severity for f in findings), key=lambda s: s.rank, default=None)
     top = findings[0] if findings else None
     return {
         "run": label,
@@ -127,7 +124,7 @@ def summary_row(label: str, path: Path, digest: str, rep: Any, report_path: str)
         "gpu": next((d["name"] for d in devices if d["name"]), None),
         "basis": doc["window"]["basis"],
         "steps": len({s["name"] for s in doc["steps"]}),
-        "step_ns": sum(p["step_ns"] for p in paths) // analysed if analysed else None,
+        "step_ns": job_step_ns(paths),
         "window_ns": window,
         "busy_share": sum(d["busy_ns"] for d in devices) / window if window else None,
         "idle_share": sum(d["idle_ns"] for d in devices) / window if window else None,
@@ -143,7 +140,7 @@ def summary_row(label: str, path: Path, digest: str, rep: Any, report_path: str)
             sum(d["tensor_core"]["tc_ns"] for d in devices) / gemm if gemm else None
         ),
         "diagnoses": ",".join(sorted({f.category for f in findings})),
-        "worst_severity": worst,
+        "worst_severity": worst.value if worst is not None else None,
         "top_diagnosis": f"{top.rule} {top.title}" if top else None,
         "top_impact_ns": top.impact_ns if top else None,
         "report": report_path,

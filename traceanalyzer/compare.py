@@ -14,10 +14,10 @@ from typing import Any
 
 import polars as pl
 
+from traceanalyzer.analyses.idle import CAUSES
 from traceanalyzer.errors import TraceFormatError
-from traceanalyzer.report import FORMAT_VERSION
+from traceanalyzer.report import FORMAT_VERSION, job_step_ns
 
-CAUSES = ("host_wait", "sync", "launch_overhead", "other")
 TOP_CHANGES = 10
 
 
@@ -99,11 +99,9 @@ def _read_report(path: Path) -> dict[str, Any]:
 def _totals(doc: dict[str, Any]) -> dict[str, Any]:
     devices = doc["devices"]
     window = sum(d["window_ns"] for d in devices)
-    paths = doc["critical_path"]
-    analysed = sum(p["steps"] for p in paths)
     gemm = sum(d["tensor_core"]["gemm_ns"] for d in devices)
     return {
-        "step_ns": sum(p["step_ns"] for p in paths) // analysed if analysed else None,
+        "step_ns": job_step_ns(doc["critical_path"]),
         "window_ns": window,
         "idle_share": sum(d["idle_ns"] for d in devices) / window if window else None,
         **{

@@ -14,6 +14,7 @@ JSON format versions (`FORMAT_VERSION`):
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
@@ -258,6 +259,13 @@ BOUND_FINDING_SHARE = 0.10
 BUSY_GPU_BOUND = 0.85
 
 
+def job_step_ns(paths: Sequence[Mapping[str, Any]]) -> int | None:
+    """The job's step time (docs/report.md, Definitions): the mean steady step of each rank
+    on the critical path (`critical_path` entries), the slowest rank's."""
+    steps = [p["step_ns"] / p["steps"] for p in paths if p["steps"]]
+    return round(max(steps)) if steps else None
+
+
 def verdict(
     devices: list[DeviceDict], paths: list[dict[str, Any]], findings: list[Finding]
 ) -> VerdictDict:
@@ -267,8 +275,7 @@ def verdict(
     half the path, else `mixed`, where a GPU busy BUSY_GPU_BOUND of the window is
     `gpu_compute`; with the mean steady step (the slowest rank's), the GPU busy share of the
     window and the top finding's saving."""
-    steps = [p["step_ns"] / p["steps"] for p in paths if p["steps"]]
-    step = round(max(steps)) if steps else None
+    step = job_step_ns(paths)
     window = sum(d["window_ns"] for d in devices)
     busy = sum(d["busy_ns"] for d in devices) / window if window else None
     serious = [

@@ -29,7 +29,7 @@ from traceanalyzer.render.base import write_text_atomic
 from traceanalyzer.render.compare import render_html as render_compare_html
 from traceanalyzer.render.compare import render_text
 from traceanalyzer.rules import ALL_RULES, BY_CODE
-from traceanalyzer.rules.docs import rule_markdown
+from traceanalyzer.rules.docs import rule_page
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
@@ -346,7 +346,7 @@ def show_rule(code: str) -> None:
     if rule is None:
         click.echo(f"error: no rule {code} (hint: `traceanalyzer rules` lists them)", err=True)
         sys.exit(EXIT_INPUT_ERROR)
-    click.echo(rule_markdown(rule), nl=False)
+    click.echo(rule_page(rule.code), nl=False)
 
 
 @cli.command()

@@ -59,8 +59,11 @@ def test_communication_and_waiting_have_their_own_colours(two_ranks: tuple[Repor
     colours = {figures.COLOURS[k] for k in ("compute", "comm_exposed", "comm_wait")}
     assert len(colours) == 3  # three different colours
     assert 'id="device-split"' in page
-    # Bins without a communication split say that busy includes collectives.
-    assert "compute and communication" in _legend(page, "timeline-legend")["busy"]
+    # the timeline's bins carry communication and waiting: three layers where busy was one
+    timeline = _legend(page, "timeline-legend")
+    assert "busy" not in timeline
+    assert timeline["compute"] == "compute" and timeline["comm"] == "communication"
+    assert "waiting for other ranks" in timeline["comm_wait"]
 
 
 def test_device_split_shows_the_waiting_rank(two_ranks: tuple[Report, str]) -> None:

@@ -16,7 +16,7 @@ from traceanalyzer.config import Settings
 from traceanalyzer.readers import read
 from traceanalyzer.rules import ALL_RULES, BY_CODE, Rule, Severity, run_rules
 from traceanalyzer.rules.base import Context, Finding
-from traceanalyzer.rules.docs import index_markdown, rule_markdown
+from traceanalyzer.rules.docs import index_markdown, rule_markdown, rule_page
 from traceanalyzer.rules.examples import Event, write_example
 
 CODES = [r.code for r in ALL_RULES]
@@ -169,10 +169,15 @@ def test_no_tensor_cores_reads_the_gemm_summary(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("rule", ALL_RULES, ids=CODES)
 def test_committed_rule_docs_are_generated(rule: type[Rule]) -> None:
-    page = REPO / "docs" / "rules" / f"{rule.code}.md"
-    assert page.read_text(encoding="utf-8") == rule_markdown(rule), (
-        f"docs/rules/{rule.code}.md is stale: run `python -m traceanalyzer.rules.docs`"
-    )
+    fresh = rule_markdown(rule)
+    for page in (
+        REPO / "docs" / "rules" / f"{rule.code}.md",
+        REPO / "traceanalyzer" / "rules" / "pages" / f"{rule.code}.md",
+    ):
+        assert page.read_text(encoding="utf-8") == fresh, (
+            f"{page.relative_to(REPO)} is stale: run `python -m traceanalyzer.rules.docs`"
+        )
+    assert rule_page(rule.code) == fresh  # what the HTML page and `traceanalyzer rule` show
 
 
 def test_committed_rule_index_is_generated() -> None:
@@ -195,3 +200,17 @@ def test_amd_findings_use_amd_words(tmp_path: Path) -> None:
     from traceanalyzer.rules.base import _vendor_words
 
     assert _vendor_words("GEMMs not on Tensor Cores; NCCL") == "GEMMs not on Matrix Cores; RCCL"
+
+
+def test_renderers_never_run_the_pipeline() -> None:
+    """The HTML page shows each rule's docs from the pages generated ahead of time: importing
+    the renderers loads no pipeline (`api`), so no renderer can run an analysis."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, traceanalyzer.render, traceanalyzer.render.html;"
+        "print('traceanalyzer.api' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -25,7 +25,7 @@ from traceanalyzer.render.markdown_html import markdown_html
 from traceanalyzer.render.units import duration, percent, printable
 from traceanalyzer.report import Report
 from traceanalyzer.rules import BY_CODE, Severity
-from traceanalyzer.rules.docs import rule_markdown
+from traceanalyzer.rules.docs import rule_page
 
 #: Display caps that keep the page small (the embedded JSON keeps every row).
 MAX_STEP_ROWS = 400
@@ -184,8 +184,8 @@ def embedded_json(report: Report) -> Markup:
 
 @functools.cache
 def _rule_doc(code: str) -> Markup:
-    # rule_markdown runs the rule's example trace through the pipeline: once per process.
-    return markdown_html(rule_markdown(BY_CODE[code]), heading_offset=2)
+    # the page generated ahead of time: a renderer never runs the pipeline
+    return markdown_html(rule_page(BY_CODE[code].code), heading_offset=2)
 
 
 @functools.cache

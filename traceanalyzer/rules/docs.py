@@ -1,9 +1,15 @@
 """Rule documentation, generated from the rules themselves (docs/rules/ and `traceanalyzer
-rule CODE`): docstring sections, thresholds, and the worked example with its finding."""
+rule CODE`): docstring sections, thresholds, and the worked example with its finding.
+
+The pages are generated ahead of time (`python -m traceanalyzer.rules.docs`, which runs each
+rule's example through the pipeline) into docs/rules/ and into the package
+(`rules/pages/`); `rule_page` reads the packaged page, so the HTML renderer and `traceanalyzer
+rule` never run an analysis. A test checks that both copies are up to date."""
 
 from __future__ import annotations
 
 import tempfile
+from importlib import resources
 from pathlib import Path
 
 from traceanalyzer.rules.base import DOC_SECTIONS, Rule
@@ -70,6 +76,17 @@ def rule_markdown(rule: type[Rule]) -> str:
     return "\n".join(lines)
 
 
+#: Where the generated pages ship inside the package.
+PAGES = "pages"
+
+
+def rule_page(code: str) -> str:
+    """The generated page of rule `code`, as shipped in the package (no analysis runs)."""
+    return (resources.files("traceanalyzer.rules") / PAGES / f"{code}.md").read_text(
+        encoding="utf-8"
+    )
+
+
 def index_markdown(rules: list[type[Rule]]) -> str:
     """docs/rules/README.md: one line per rule."""
     lines = ["# Rules", "", "| code | slug | category | title |", "| --- | --- | --- | --- |"]
@@ -78,13 +95,16 @@ def index_markdown(rules: list[type[Rule]]) -> str:
 
 
 def write_docs(folder: Path, rules: list[type[Rule]]) -> list[Path]:
-    """(Re)write docs/rules/; returns the files written."""
+    """(Re)write docs/rules/ and the packaged pages; returns the files written."""
     folder.mkdir(parents=True, exist_ok=True)
+    packaged = Path(__file__).parent / PAGES
+    packaged.mkdir(exist_ok=True)
     written = []
     for rule in rules:
-        path = folder / f"{rule.code}.md"
-        path.write_text(rule_markdown(rule), encoding="utf-8")
-        written.append(path)
+        page = rule_markdown(rule)
+        for path in (folder / f"{rule.code}.md", packaged / f"{rule.code}.md"):
+            path.write_text(page, encoding="utf-8")
+            written.append(path)
     index = folder / "README.md"
     index.write_text(index_markdown(rules), encoding="utf-8")
     return [*written, index]

@@ -1,15 +1,15 @@
 """Annotate: write a trace back, for Perfetto or chrome://tracing, with what the analysis found.
 
-Pipeline position: beside `api` (it runs the same load -> analyze -> rules -> report chain)
-and ahead of a trace viewer. For each (rank, device) it adds counter tracks ("ph": "C") at
-the report's timeline-bin resolution (busy and each idle cause as a % of the bin; exposed
-communication); each finding gets a track of its own on its device's process, with a slice
-("ph": "X") over every time span it is about (the gaps, the syncs, the collectives: see
-analyses/spans.py) carrying the message and advice, and one instant marker ("ph": "i") at
-its first span. A Chrome trace keeps every original event; an Nsight export becomes a new
-Chrome trace holding the timeline's GPU work and host calls (processes and threads named)
-plus the annotations. The input is never modified; outputs are gzip-compressed, written
-atomically, with the usual permissions (0666 less the umask).
+Pipeline position: after `api.run` (the one pipeline: load -> analyze -> rules -> report,
+critical path included) and ahead of a trace viewer. For each (rank, device) it adds
+counter tracks ("ph": "C") at the report's timeline-bin resolution (busy and each idle cause
+as a % of the bin; exposed communication); each finding gets a track of its own on its
+device's process, with a slice ("ph": "X") over every time span it is about (the gaps, the
+syncs, the collectives: see analyses/spans.py) carrying the message and advice, and one
+instant marker ("ph": "i") at its first span. A Chrome trace keeps every original event; an
+Nsight export becomes a new Chrome trace holding the timeline's GPU work and host calls
+(processes and threads named) plus the annotations. The input is never modified; outputs
+are gzip-compressed, written atomically, with the usual permissions (0666 less the umask).
 """
 
 from __future__ import annotations
@@ -26,15 +26,13 @@ import orjson
 import polars as pl
 
 from traceanalyzer import __version__, api
-from traceanalyzer.analyses import DEFAULT_TOP_KERNELS, Metrics, analyze
 from traceanalyzer.analyses.idle import CAUSES, LAUNCH_GAP_MAX_NS
 from traceanalyzer.analyses.spans import finding_spans
 from traceanalyzer.config import Settings
 from traceanalyzer.errors import ReportWriteError, TraceFormatError
 from traceanalyzer.model import Timeline
 from traceanalyzer.render.base import current_umask, output_target
-from traceanalyzer.report import Report, build_report
-from traceanalyzer.rules import run_rules
+from traceanalyzer.report import Report
 from traceanalyzer.rules.base import Finding
 
 #: Counter names as a viewer shows them.
@@ -78,8 +76,13 @@ def annotate(
     A folder of per-rank traces writes one file per rank into the folder `output`, named
     after each input file (`<stem>.annotated.json.gz`).
     """
-    timeline = api.load(path)
-    report, metrics = _report(timeline, settings, step_pattern, launch_gap_max_ns)
+    done = api.run(
+        api.load(path),
+        settings=settings,
+        step_pattern=step_pattern,
+        launch_gap_max_ns=launch_gap_max_ns,
+    )
+    timeline, metrics, report = done.timeline, done.metrics, done.report
     spans = {id(f): finding_spans(f, metrics, timeline) for f in report.findings}
     src = Path(path)
     out = Path(output)
@@ -93,17 +96,6 @@ def annotate(
         return written
     ranks = [r["rank"] for r in report.ranks] or [0]
     return [_one(report, timeline, spans, ranks[0], src, out, all_ranks=True)]
-
-
-def _report(
-    timeline: Timeline, settings: Settings | None, step_pattern: str | None, gap_ns: int
-) -> tuple[Report, Metrics]:
-    metrics = analyze(
-        timeline, top_n=DEFAULT_TOP_KERNELS, step_pattern=step_pattern, launch_gap_max_ns=gap_ns
-    )
-    findings = run_rules(api.context(metrics, timeline), settings or Settings())
-    report = build_report(timeline.meta, metrics, tool_version=__version__, findings=findings)
-    return report, metrics
 
 
 def _one(

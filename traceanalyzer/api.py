@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
@@ -24,6 +25,17 @@ def load(path: str | Path, export_dir: Path | None = None) -> Timeline:
     return read(path, export_dir)
 
 
+@dataclass(frozen=True, slots=True)
+class Analysis:
+    """Everything one run of the pipeline made: the timeline read, the analyses' metrics and
+    the report (findings included). `report` is what renderers see; `annotate` also needs
+    the timeline and the metrics (to place each finding on the timeline)."""
+
+    timeline: Timeline
+    metrics: Metrics
+    report: Report
+
+
 def report(
     path: str | Path,
     top_n: int = DEFAULT_TOP_KERNELS,
@@ -35,8 +47,27 @@ def report(
 ) -> Report:
     """Load, analyze, diagnose and build the report of one trace (`export_dir`: where the
     SQLite exports of Nsight Systems reports are kept; default: a temporary folder)."""
+    return run(
+        load(path, export_dir),
+        top_n=top_n,
+        step_pattern=step_pattern,
+        launch_gap_max_ns=launch_gap_max_ns,
+        settings=settings,
+        all_steps=all_steps,
+    ).report
+
+
+def run(
+    timeline: Timeline,
+    top_n: int = DEFAULT_TOP_KERNELS,
+    step_pattern: str | None = None,
+    launch_gap_max_ns: int = LAUNCH_GAP_MAX_NS,
+    settings: Settings | None = None,
+    all_steps: bool = False,
+) -> Analysis:
+    """The one pipeline: analyze a timeline, diagnose, build the report. `report`,
+    `annotate`, `batch` and `compare` (through `report`) and the rule docs all come here."""
     preload()
-    timeline = load(path, export_dir)
     metrics: Metrics = analyze(
         timeline,
         top_n=top_n,
@@ -48,7 +79,7 @@ def report(
     findings = run_rules(ctx, settings or Settings())
     totals = dict(metrics.steps.group_by("rank").agg(pl.col("step").n_unique()).iter_rows())
     paths = per_rank(metrics.critical_steps)
-    return build_report(
+    rep = build_report(
         timeline.meta,
         metrics,
         tool_version=__version__,
@@ -67,6 +98,7 @@ def report(
             for r in paths.iter_rows(named=True)
         ],
     )
+    return Analysis(timeline, metrics, rep)
 
 
 def context(metrics: Metrics, timeline: Timeline) -> Context:
@@ -99,4 +131,4 @@ def write(rep: Report, fmt: str | None = None, out: str | None = None) -> None:
     write_report(rep, pick(fmt, out), out)
 
 
-__all__ = ["analyze", "build_report", "gate", "load", "report", "write"]
+__all__ = ["Analysis", "analyze", "build_report", "gate", "load", "report", "run", "write"]

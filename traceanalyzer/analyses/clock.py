@@ -29,7 +29,7 @@ def early_starts(
     recorded), early (those starting more than `tolerance_ns` before their launch began),
     early_share (early / linked) and max_early_ns (the largest lead, 0 where none).
 
-    `work`: the GPU work with `launch_ns` (windows.gpu_work_linked), where already computed.
+    `work`: the GPU work with `launch_ns` (windows.linked_work), where already computed.
     """
     lead = pl.col("launch_start_ns") - pl.col("start_ns")
     links = (

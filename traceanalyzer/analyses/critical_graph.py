@@ -114,7 +114,7 @@ def gpu_ops(
     range holds its start), pre (work queued before the window that still runs when the first
     step starts: step null; launched before the first step, or without a recorded launch and
     starting before the device's first launched work). `work`: the GPU work with its
-    launches (windows.gpu_work_linked), where already computed.
+    launches (windows.linked_work), where already computed.
     """
     cls = with_launching_op(kernel_class(pl.col("name")), pl.col("op_name"))
     work_kind = (

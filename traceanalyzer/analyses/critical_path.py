@@ -174,7 +174,7 @@ def critical_paths(
     `markers`: windows.step_markers(...).collect() (host step ranges per rank); `syncs`:
     idle.sync_calls(timeline).collect(). GPU work is read and classified from `timeline`
     (classify.kernel_class). A trace without step markers gives empty frames. `work`: the GPU
-    work with its launches (windows.gpu_work_linked), where already computed.
+    work with its launches (windows.linked_work), where already computed.
     """
     return prepare(
         timeline,

@@ -91,7 +91,7 @@ def idle_gaps(
 ) -> pl.LazyFrame:
     """Every gap in GPU work inside each device's window, with its cause.
 
-    `work` is the GPU work with `launch_ns` (see windows.gpu_work_with_step). Columns: rank,
+    `work` is the GPU work with `launch_ns` (see windows.linked_work). Columns: rank,
     device, start_ns, end_ns, gap_ns, cause, before (name of the work that ended at the gap's
     start), after (name of the work that ended the gap), launch_ns (when that work was
     launched), sync_name (the sync call in progress, for `sync` gaps).

@@ -30,11 +30,6 @@ DTYPE_BYTES: dict[str, int] = {
 }
 
 
-def _clipped(kernels: pl.LazyFrame) -> pl.LazyFrame:
-    """Kernel intervals cut to the window (kernels carry `clipped_ns` and window bounds)."""
-    return kernels.select(*DEVICE_KEY, "start_ns", "end_ns", "is_comm")
-
-
 def comm_overlap(
     kernels: pl.LazyFrame, windows: pl.LazyFrame, has_comm: bool = True
 ) -> pl.LazyFrame:

@@ -69,28 +69,11 @@ def step_markers(timeline: Timeline, pattern: str) -> pl.LazyFrame:
     )
 
 
-#: Launch columns `gpu_work_linked` keeps besides `launch_ns` (for the critical path and the
-#: clock check); `gpu_work_with_step` leaves them out.
+#: Launch columns `linked_work` keeps besides `launch_ns` (for the critical path and the
+#: clock check).
 LAUNCH_EXTRA = ("launch_end_ns", "launch_pid", "launch_tid")
-#: The columns `gpu_work_linked` adds to the GPU work, in order.
+#: The columns `linked_work` adds to the GPU work, in order.
 LINK_COLUMNS = ("launch_ns", *LAUNCH_EXTRA, "step")
-
-
-def gpu_work_with_step(timeline: Timeline, markers: pl.LazyFrame) -> pl.LazyFrame:
-    """GPU work with `launch_ns` (start of its runtime launch) and `step` (null when none)."""
-    return _with_step(timeline.launch_links().drop("launch_name", *LAUNCH_EXTRA), markers)
-
-
-def gpu_work_linked(timeline: Timeline, markers: pl.LazyFrame) -> pl.DataFrame:
-    """`gpu_work_with_step` plus the launch call's `launch_end_ns`, `launch_pid` and
-    `launch_tid`, computed once for every analysis that needs the launches.
-
-    Most traces record one launch call per (rank, correlation): then a plain join of the GPU
-    work to the calls gives `Timeline.launch_links` without grouping the (many) host calls.
-    Where a GPU operation matches several calls the join repeats it, and the grouped table
-    (the earliest call) is used instead.
-    """
-    return linked_work(timeline, markers, launch_keys(timeline, markers))
 
 
 #: The GPU work columns the critical path reads (critical_graph.gpu_ops), besides the launch.
@@ -108,7 +91,7 @@ CRITICAL_PATH_COLUMNS = (
 
 
 def launch_keys(timeline: Timeline, markers: pl.LazyFrame) -> pl.DataFrame | None:
-    """The rows of `gpu_work_linked` without their columns: `_row` (the GPU operation's row
+    """The rows of `linked_work` without their columns: `_row` (the GPU operation's row
     in the events), `_call` (its launch call's row; null where none), `launch_ns` and
     `step`, in the final order. None where a GPU operation matches several calls (then the
     grouped table, the earliest call, is used: see `linked_work`).
@@ -165,7 +148,9 @@ def linked_work(
     keys: pl.DataFrame | None,
     columns: Sequence[str] | None = None,
 ) -> pl.DataFrame:
-    """`gpu_work_linked` from `launch_keys`; with `columns`, only those GPU work columns
+    """The GPU work with its launch (`LINK_COLUMNS`: `launch_ns`, the start of its runtime
+    launch call, the call's end, pid and tid, and its `step`, null when none) from
+    `launch_keys`; with `columns`, only those GPU work columns
     (plus the launch columns and `step`)."""
     if keys is None:
         work = _with_step(timeline.launch_links().drop("launch_name"), markers).collect(

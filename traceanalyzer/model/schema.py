@@ -72,11 +72,6 @@ COLUMNS: dict[str, tuple[pl.DataType, str]] = {
 EVENT_SCHEMA: pl.Schema = pl.Schema({name: dtype for name, (dtype, _doc) in COLUMNS.items()})
 
 
-def empty_events() -> pl.DataFrame:
-    """Return an empty frame with the full event schema."""
-    return pl.DataFrame(schema=EVENT_SCHEMA)
-
-
 def schema_markdown() -> str:
     """Render the schema as a Markdown table (for `docs/schema.md` and `traceanalyzer schema`)."""
     lines = ["| column | dtype | meaning |", "| --- | --- | --- |"]

@@ -2,9 +2,330 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 import polars as pl
+
+#: The declared columns of every analysis result, in order: name -> dtype (`pl.Enum` stands
+#: for an Enum of any categories). `Metrics` checks its frames against them when it is built,
+#: so a renamed or retyped column fails at the analysis that made it, not silently in the
+#: published JSON (the report copies several of these frames into it).
+FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
+    "windows": {
+        "rank": pl.Int32,
+        "device": pl.Int32,
+        "start_ns": pl.Int64,
+        "end_ns": pl.Int64,
+    },
+    "devices": {
+        "rank": pl.Int32,
+        "device": pl.Int32,
+        "start_ns": pl.Int64,
+        "end_ns": pl.Int64,
+        "window_ns": pl.Int64,
+        "busy_ns": pl.Int64,
+        "idle_ns": pl.Int64,
+        "kernel_count": pl.Int64,
+        "kernel_ns": pl.Int64,
+        "idle_share": pl.Float64,
+        "host_wait_ns": pl.Int64,
+        "sync_ns": pl.Int64,
+        "launch_overhead_ns": pl.Int64,
+        "other_ns": pl.Int64,
+        "gap_count": pl.Int64,
+        "longest_gap_ns": pl.Int64,
+        "host_wait_between_steps_ns": pl.Int64,
+        "comm_ns": pl.Int64,
+        "overlapped_comm_ns": pl.Int64,
+        "exposed_comm_ns": pl.Int64,
+        "overlap_share": pl.Float64,
+        "tc_ns": pl.Int64,
+        "gemm_ns": pl.Int64,
+        "kernel_ns_right": pl.Int64,
+        "share_of_gemm": pl.Float64,
+        "share_of_kernel": pl.Float64,
+        "unknown_ns": pl.Int64,
+        "host_wait_share": pl.Float64,
+        "sync_share": pl.Float64,
+        "launch_overhead_share": pl.Float64,
+        "other_share": pl.Float64,
+    },
+    "steps": {
+        "rank": pl.Int32,
+        "device": pl.Int32,
+        "step": pl.Int64,
+        "name": pl.String,
+        "start_ns": pl.Int64,
+        "end_ns": pl.Int64,
+        "busy_ns": pl.Int64,
+        "idle_share": pl.Float64,
+        "kernel_count": pl.Int64,
+        "host_wait_ns": pl.Int64,
+        "sync_ns": pl.Int64,
+        "launch_overhead_ns": pl.Int64,
+        "other_ns": pl.Int64,
+    },
+    "kernel_histogram": {
+        "lo_ns": pl.Int64,
+        "hi_ns": pl.Int64,
+        "count": pl.Int64,
+        "total_ns": pl.Int64,
+    },
+    "launch_size_histogram": {
+        "lo_threads": pl.Int64,
+        "hi_threads": pl.Int64,
+        "count": pl.Int64,
+        "total_ns": pl.Int64,
+    },
+    "top_kernels": {
+        "name": pl.String,
+        "count": pl.Int64,
+        "total_ns": pl.Int64,
+        "share": pl.Float64,
+    },
+    "kernel_classes": {
+        "kernel_class": pl.String,
+        "count": pl.Int64,
+        "total_ns": pl.Int64,
+        "share": pl.Float64,
+    },
+    "gaps": {
+        "rank": pl.Int32,
+        "device": pl.Int32,
+        "start_ns": pl.Int64,
+        "end_ns": pl.Int64,
+        "gap_ns": pl.Int64,
+        "cause": pl.Enum,
+        "host_wait_ns": pl.Int64,
+        "sync_ns": pl.Int64,
+        "launch_overhead_ns": pl.Int64,
+        "other_ns": pl.Int64,
+        "before": pl.String,
+        "after": pl.String,
+        "launch_ns": pl.Int64,
+        "sync_name": pl.String,
+        "sync_start_ns": pl.Int64,
+    },
+    "gap_histogram": {
+        "lo_ns": pl.Int64,
+        "hi_ns": pl.Int64,
+        "count": pl.Int64,
+        "total_ns": pl.Int64,
+        "host_wait_ns": pl.Int64,
+        "sync_ns": pl.Int64,
+        "launch_overhead_ns": pl.Int64,
+        "other_ns": pl.Int64,
+    },
+    "sync_calls": {
+        "rank": pl.Int32,
+        "step": pl.Int64,
+        "name": pl.String,
+        "op": pl.String,
+        "site": pl.String,
+        "start_ns": pl.Int64,
+        "idle_ns": pl.Int64,
+    },
+    "collectives": {
+        "rank": pl.Int32,
+        "device": pl.Int32,
+        "collective": pl.Enum,
+        "count": pl.Int64,
+        "total_ns": pl.Int64,
+        "exposed_ns": pl.Int64,
+        "msg_bytes": pl.Int64,
+    },
+    "rank_waits": {
+        "rank": pl.Int32,
+        "collectives": pl.Int64,
+        "comm_ns": pl.Int64,
+        "wait_ns": pl.Int64,
+    },
+    "copies": {
+        "rank": pl.Int32,
+        "device": pl.Int32,
+        "copy_kind": pl.String,
+        "src_memory": pl.String,
+        "dst_memory": pl.String,
+        "count": pl.Int64,
+        "bytes": pl.Int64,
+        "time_ns": pl.Int64,
+        "gbps": pl.Float64,
+    },
+    "sync_sites": {
+        "rank": pl.Int32,
+        "name": pl.String,
+        "op": pl.String,
+        "site": pl.String,
+        "count": pl.Int64,
+        "steps": pl.Int64,
+        "idle_ns": pl.Int64,
+        "per_step": pl.Float64,
+    },
+    "syncs_per_step": {
+        "rank": pl.Int32,
+        "step": pl.Int64,
+        "count": pl.Int64,
+    },
+    "bandwidth": {
+        "rank": pl.Int32,
+        "device": pl.Int32,
+        "op_name": pl.String,
+        "ops": pl.Int64,
+        "kernel_ns": pl.Int64,
+        "bytes": pl.Int64,
+        "gbps": pl.Float64,
+        "peak_gbps": pl.Float64,
+        "share_of_peak": pl.Float64,
+    },
+    "matmul_shapes": {
+        "rank": pl.Int32,
+        "device": pl.Int32,
+        "op_name": pl.String,
+        "m": pl.Int64,
+        "n": pl.Int64,
+        "k": pl.Int64,
+        "dtype": pl.String,
+        "calls": pl.Int64,
+        "kernel_ns": pl.Int64,
+        "align": pl.Int64,
+        "misaligned": pl.String,
+    },
+    "memory_peaks": {
+        "rank": pl.Int32,
+        "device": pl.Int32,
+        "step": pl.Int64,
+        "peak_bytes": pl.Int64,
+        "end_bytes": pl.Int64,
+    },
+    "non_tc_gemms": {
+        "rank": pl.Int32,
+        "device": pl.Int32,
+        "name": pl.String,
+        "evidence": pl.String,
+        "op_dtype": pl.String,
+        "count": pl.Int64,
+        "total_ns": pl.Int64,
+    },
+    "early_starts": {
+        "rank": pl.Int32,
+        "device": pl.Int32,
+        "linked": pl.Int64,
+        "early": pl.Int64,
+        "early_share": pl.Float64,
+        "max_early_ns": pl.Int64,
+    },
+    "timeline_bins": {
+        "rank": pl.Int32,
+        "device": pl.Int32,
+        "bin": pl.Int64,
+        "start_ns": pl.Int64,
+        "end_ns": pl.Int64,
+        "busy_ns": pl.Int64,
+        "host_wait_ns": pl.Int64,
+        "sync_ns": pl.Int64,
+        "launch_overhead_ns": pl.Int64,
+        "other_ns": pl.Int64,
+    },
+    "memory_growth": {
+        "rank": pl.Int32,
+        "device": pl.Int32,
+        "steps": pl.Int64,
+        "first_peak_bytes": pl.Int64,
+        "last_peak_bytes": pl.Int64,
+        "per_step_bytes": pl.Float64,
+        "rising_share": pl.Float64,
+        "growth_bytes": pl.Int64,
+    },
+    "critical_steps": {
+        "rank": pl.Int32,
+        "step": pl.Int64,
+        "name": pl.String,
+        "step_ns": pl.Int64,
+        "path_ns": pl.Int64,
+        "gpu_compute_ns": pl.Int64,
+        "comm_ns": pl.Int64,
+        "copy_ns": pl.Int64,
+        "cpu_ns": pl.Int64,
+        "sync_wait_ns": pl.Int64,
+        "idle_ns": pl.Int64,
+        "gpu_gemm_ns": pl.Int64,
+        "gpu_memory_bound_ns": pl.Int64,
+        "gpu_copy_cast_ns": pl.Int64,
+        "gpu_other_ns": pl.Int64,
+        "cpu_launch_ns": pl.Int64,
+        "crosses_ranks": pl.Boolean,
+    },
+    "what_if": {
+        "rank": pl.Int32,
+        "step": pl.Int64,
+        "scenario": pl.String,
+        "saved_ns": pl.Int64,
+    },
+    "excluded_steps": {
+        "rank": pl.Int32,
+        "step": pl.Int64,
+        "name": pl.String,
+        "step_ns": pl.Int64,
+        "reason": pl.String,
+    },
+    "warmup_steps": {
+        "rank": pl.Int32,
+        "device": pl.Int32,
+        "step": pl.Int64,
+        "name": pl.String,
+        "start_ns": pl.Int64,
+        "end_ns": pl.Int64,
+        "busy_ns": pl.Int64,
+        "idle_share": pl.Float64,
+        "kernel_count": pl.Int64,
+    },
+    "outside_window": {
+        "rank": pl.Int32,
+        "device": pl.Int32,
+        "before_count": pl.Int64,
+        "before_ns": pl.Int64,
+        "after_count": pl.Int64,
+        "after_ns": pl.Int64,
+    },
+}
+#: Columns a frame carries only where the trace has them: `timeline_bins` gains the
+#: communication split in a job with collectives.
+OPTIONAL_COLUMNS: dict[str, dict[str, Any]] = {
+    "timeline_bins": {"comm_ns": pl.Int64, "comm_wait_ns": pl.Int64},
+}
+
+
+class SchemaDriftError(AssertionError):
+    """An analysis produced a frame that does not match its declared schema (a bug)."""
+
+
+def _matches(dtype: pl.DataType, declared: Any) -> bool:
+    if declared is pl.Enum:
+        return isinstance(dtype, pl.Enum)
+    return bool(dtype == declared)
+
+
+def check_frame(name: str, frame: pl.DataFrame) -> None:
+    """Raise SchemaDriftError where `frame` is not `FRAME_SCHEMAS[name]` (plus the frame's
+    optional columns, at the end, in order)."""
+    declared = dict(FRAME_SCHEMAS[name])
+    optional = OPTIONAL_COLUMNS.get(name, {})
+    names = list(frame.columns)
+    extra = names[len(declared) :]
+    if names[: len(declared)] != list(declared) or extra != list(optional)[: len(extra)]:
+        raise SchemaDriftError(
+            f"Metrics.{name}: columns {names}, declared {list(declared)}"
+            + (f" (+ optional {list(optional)})" if optional else "")
+        )
+    declared |= optional
+    wrong = [
+        f"{col}: {dtype} (declared {declared[col]})"
+        for col, dtype in frame.schema.items()
+        if not _matches(dtype, declared[col])
+    ]
+    if wrong:
+        raise SchemaDriftError(f"Metrics.{name}: {', '.join(wrong)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,3 +409,9 @@ class Metrics:
     excluded_steps: pl.DataFrame
     warmup_steps: pl.DataFrame
     outside_window: pl.DataFrame
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, pl.DataFrame):
+                check_frame(f.name, value)

@@ -70,6 +70,7 @@ def annotate(
     settings: Settings | None = None,
     step_pattern: str | None = None,
     launch_gap_max_ns: int = LAUNCH_GAP_MAX_NS,
+    all_steps: bool = False,
 ) -> list[Annotated]:
     """Analyse the trace at `path` and write it, annotated, to `output` (gzip JSON).
 
@@ -81,6 +82,7 @@ def annotate(
         settings=settings,
         step_pattern=step_pattern,
         launch_gap_max_ns=launch_gap_max_ns,
+        all_steps=all_steps,
     )
     timeline, metrics, report = done.timeline, done.metrics, done.report
     spans = {id(f): finding_spans(f, metrics, timeline) for f in report.findings}

@@ -10,7 +10,7 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 import orjson
@@ -37,6 +37,53 @@ EXIT_INPUT_ERROR = 2
 EXIT_INTERNAL = 3
 
 
+# Options shared by the commands that analyse traces, declared once.
+STEP_PATTERN = click.option(
+    "--step-pattern",
+    default=None,
+    metavar="REGEX",
+    help="Host ranges that mark steps (default: ProfilerStep#N; for Nsight, NVTX step_N, "
+    "iteration N, train_step...).",
+)
+ALL_STEPS = click.option(
+    "--all-steps",
+    is_flag=True,
+    help="Keep warm-up and outlier steps in the analysed window (default: left out).",
+)
+CONFIG = click.option(
+    "--config",
+    "config",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Settings file (default: ./traceanalyzer.toml or ./pyproject.toml).",
+)
+OVERRIDES = click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="CODE.NAME=VALUE",
+    help="Override one rule threshold, e.g. --set TA001.min_host_wait_share=0.2.",
+)
+NSYS = click.option(
+    "--nsys",
+    "nsys",
+    type=click.Path(path_type=str, dir_okay=False),
+    default=None,
+    metavar="PATH",
+    help="The nsys binary that exports .nsys-rep reports (default: NSYS, then PATH).",
+)
+DEBUG = click.option("--debug", is_flag=True, help="Show tracebacks for input errors.")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def analysis_options(command: F) -> F:
+    """--step-pattern, --all-steps, --config, --set, --nsys and --debug, in that order."""
+    for option in reversed((STEP_PATTERN, ALL_STEPS, CONFIG, OVERRIDES, NSYS, DEBUG)):
+        command = option(command)
+    return command
+
+
 @click.group()
 @click.version_option(__version__, prog_name="traceanalyzer")
 def cli() -> None:
@@ -61,13 +108,6 @@ def cli() -> None:
     help="How many top kernels to list.",
 )
 @click.option(
-    "--step-pattern",
-    default=None,
-    metavar="REGEX",
-    help="Host ranges that mark steps (default: ProfilerStep#N; for Nsight, NVTX step_N, "
-    "iteration N, train_step...).",
-)
-@click.option(
     "--launch-gap",
     "launch_gap_us",
     default=50.0,
@@ -77,39 +117,12 @@ def cli() -> None:
     "launch overhead (longer ones as host wait).",
 )
 @click.option(
-    "--config",
-    "config",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Settings file (default: ./traceanalyzer.toml or ./pyproject.toml).",
-)
-@click.option(
-    "--set",
-    "overrides",
-    multiple=True,
-    metavar="CODE.NAME=VALUE",
-    help="Override one rule threshold, e.g. --set TA001.min_host_wait_share=0.2.",
-)
-@click.option(
     "--fail-on",
     type=click.Choice(["info", "warning", "critical"]),
     default=None,
     help="Exit with status 1 when a finding is at or above this severity.",
 )
-@click.option(
-    "--all-steps",
-    is_flag=True,
-    help="Keep warm-up and outlier steps in the analysed window (default: left out).",
-)
-@click.option(
-    "--nsys",
-    "nsys",
-    type=click.Path(path_type=str, dir_okay=False),
-    default=None,
-    metavar="PATH",
-    help="The nsys binary that exports .nsys-rep reports (default: NSYS, then PATH).",
-)
-@click.option("--debug", is_flag=True, help="Show tracebacks for input errors.")
+@analysis_options
 def report(
     trace: str,
     fmt: str | None,
@@ -155,34 +168,30 @@ def report(
     help="The annotated trace (gzip JSON), e.g. annotated.json.gz; a folder for a folder of "
     "rank traces.",
 )
-@click.option("--step-pattern", default=None, metavar="REGEX", help="As for `report`.")
-@click.option(
-    "--config",
-    "config",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Settings file (default: ./traceanalyzer.toml or ./pyproject.toml).",
-)
-@click.option(
-    "--set", "overrides", multiple=True, metavar="CODE.NAME=VALUE", help="As for `report`."
-)
-@click.option("--debug", is_flag=True, help="Show tracebacks for input errors.")
+@analysis_options
 def annotate(
     trace: str,
     output: str,
     step_pattern: str | None,
+    all_steps: bool,
     config: Path | None,
     overrides: tuple[str, ...],
+    nsys: str | None,
     debug: bool,
 ) -> None:
     """Write TRACE back with what the analysis found, for Perfetto or chrome://tracing:
-    counter tracks (busy, idle by cause, exposed communication) and a marker per finding."""
+    counter tracks (busy, idle by cause, exposed communication) and, per finding, a track
+    with a slice over each span it is about."""
 
     def job() -> None:
         from traceanalyzer.annotate import annotate as run
 
+        _use_nsys(nsys)
         settings = load_settings(config, overrides, None)
-        for done in run(trace, output, settings=settings, step_pattern=step_pattern):
+        written = run(
+            trace, output, settings=settings, step_pattern=step_pattern, all_steps=all_steps
+        )
+        for done in written:
             click.echo(f"{done.path}: {done.counters} counter samples, {done.markers} markers")
 
     _run(job, debug)
@@ -225,27 +234,7 @@ def annotate(
     show_default=True,
     help="The most GiB one archive may unpack to (also at most 250x its size).",
 )
-@click.option("--step-pattern", default=None, metavar="REGEX", help="As for `report`.")
-@click.option("--all-steps", is_flag=True, help="As for `report`.")
-@click.option(
-    "--config",
-    "config",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="As for `report` (default: ./traceanalyzer.toml or ./pyproject.toml).",
-)
-@click.option(
-    "--set", "overrides", multiple=True, metavar="CODE.NAME=VALUE", help="As for `report`."
-)
-@click.option(
-    "--nsys",
-    "nsys",
-    type=click.Path(path_type=str, dir_okay=False),
-    default=None,
-    metavar="PATH",
-    help="The nsys binary that exports .nsys-rep reports (default: NSYS, then PATH).",
-)
-@click.option("--debug", is_flag=True, help="Show tracebacks for input errors.")
+@analysis_options
 def batch(
     paths: tuple[str, ...],
     out_dir: Path,
@@ -301,7 +290,7 @@ def batch(
     help="Output format (default: from the -o suffix, else terminal).",
 )
 @click.option("-o", "--output", default=None, help="Write to this file instead of stdout.")
-@click.option("--debug", is_flag=True, help="Show tracebacks for input errors.")
+@DEBUG
 def compare(before: str, after: str, fmt: str | None, output: str | None, debug: bool) -> None:
     """Show what changed from BEFORE to AFTER: traces, report JSON files, or batch summary
     rows as SUMMARY.parquet#RUN."""

@@ -87,6 +87,23 @@ _THREAD = ["rank", "pid", "tid"]
 _EDGE_COLS = ["step", "u", "v", "owner", "role", "work_ns", "work_kind", "gap_ns", "slack_kind"]
 
 
+class NodeIds:
+    """Hands out the graph's node ids: integers in named, consecutive blocks (GPU operation
+    starts and ends, host points, step sources and sinks, collective arrivals, step jobs), so
+    that a table's node column is its block's first id plus the row's index."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.blocks: dict[str, tuple[int, int]] = {}
+
+    def take(self, name: str, size: int) -> int:
+        """Reserve `size` ids for block `name`; return the first."""
+        first = self.count
+        self.blocks[name] = (first, size)
+        self.count += size
+        return first
+
+
 @dataclass(frozen=True, slots=True)
 class GraphTables:
     """The dependency graphs of every step, as tables.
@@ -290,18 +307,22 @@ def build_tables(
     del every_op
     host = _host_events(timeline, markers).collect()
     wins = step_windows(raw_ops, host, markers, queued)
-    s_of = wins.select("rank", "step", S="start_ns", T="end_ns")
+    s_of = wins.select("rank", "step", w_start="start_ns", w_end="end_ns")
 
-    # --- GPU operations, clipped to their step's window: node 2i (start), 2i+1 (end)
+    ids = NodeIds()
+    # --- GPU operations, clipped to their step's window: two nodes each (start, end)
     ops = (
         raw_ops.join(s_of, on=["rank", "step"])
-        .filter(pl.col("end_ns") > pl.col("S"))
-        .with_columns(start_ns=pl.max_horizontal("start_ns", "S"))
+        .filter(pl.col("end_ns") > pl.col("w_start"))
+        .with_columns(start_ns=pl.max_horizontal("start_ns", "w_start"))
         .sort("rank", "step", "device", "stream", "start_ns", "end_ns")
         .with_row_index("i")
-        .with_columns(a=pl.col("i").cast(pl.Int64) * 2, b=pl.col("i").cast(pl.Int64) * 2 + 1)
     )
-    n_ops = ops.height
+    first_op = ids.take("gpu_ops", 2 * ops.height)
+    ops = ops.with_columns(
+        start_node=first_op + pl.col("i").cast(pl.Int64) * 2,
+        end_node=first_op + pl.col("i").cast(pl.Int64) * 2 + 1,
+    )
     stream_key = ["rank", "step", "device", "stream"]
 
     # --- host points, clipped to S, one node per distinct (thread, time)
@@ -319,27 +340,31 @@ def build_tables(
         )
         .filter(pl.col("step").is_not_null() & (pl.col("start_ns") < pl.col("m_end")))
         .join(s_of, on=["rank", "step"])
-        .filter(pl.col("end_ns") > pl.col("S"))
-        .with_columns(start_ns=pl.max_horizontal("start_ns", "S"))
+        .filter(pl.col("end_ns") > pl.col("w_start"))
+        .with_columns(start_ns=pl.max_horizontal("start_ns", "w_start"))
         .select("rank", "step", "pid", "tid", "start_ns", "end_ns")
     )
     launched = ops.filter(pl.col("launch_start_ns").is_not_null()).with_columns(
-        ls=pl.max_horizontal("launch_start_ns", "S"),
-        le=pl.max_horizontal("launch_end_ns", "S"),
+        launch_at=pl.max_horizontal("launch_start_ns", "w_start"),
+        launch_done=pl.max_horizontal("launch_end_ns", "w_start"),
     )
     spans = (
         host.join(s_of, on=["rank", "step"])
         .group_by("rank", "step", "pid", "tid")
-        .agg(first=pl.col("start_ns").min(), last=pl.col("end_ns").max(), S=pl.col("S").first())
-        .filter(pl.col("last") > pl.col("S"))
-        .with_columns(first=pl.max_horizontal("first", "S"))
+        .agg(
+            first=pl.col("start_ns").min(),
+            last=pl.col("end_ns").max(),
+            w_start=pl.col("w_start").first(),
+        )
+        .filter(pl.col("last") > pl.col("w_start"))
+        .with_columns(first=pl.max_horizontal("first", "w_start"))
     )
     pkey = ["rank", "step", "pid", "tid"]
     points = (
         pl.concat(
             [
-                launched.select(*pkey, t="ls"),
-                launched.select(*pkey, t="le"),
+                launched.select(*pkey, t="launch_at"),
+                launched.select(*pkey, t="launch_done"),
                 sync_calls.select(*pkey, t="start_ns"),
                 sync_calls.select(*pkey, t="end_ns"),
                 spans.select(*pkey, t="first"),
@@ -349,20 +374,19 @@ def build_tables(
         .unique()
         .sort(*pkey, "t")
         .with_row_index("j")
-        .with_columns(node=pl.col("j").cast(pl.Int64) + 2 * n_ops)
-        .drop("j")
     )
-    base = 2 * n_ops + points.height
+    first_point = ids.take("host_points", points.height)
+    points = points.with_columns(node=first_point + pl.col("j").cast(pl.Int64)).drop("j")
+    first_window = ids.take("step_windows", 2 * wins.height)  # a source and a sink each
     wins = (
         wins.sort("rank", "step")
         .with_row_index("k")
         .with_columns(
-            source=base + 2 * pl.col("k").cast(pl.Int64),
-            sink=base + 2 * pl.col("k").cast(pl.Int64) + 1,
+            source=first_window + 2 * pl.col("k").cast(pl.Int64),
+            sink=first_window + 2 * pl.col("k").cast(pl.Int64) + 1,
         )
         .drop("k")
     )
-    base += 2 * wins.height
 
     # --- collectives across ranks, and each rank's clock offset per step
     ranks_in_step = markers.group_by("step").agg(world=pl.col("rank").n_unique())
@@ -386,7 +410,9 @@ def build_tables(
     wins = wins.join(offsets, on=["rank", "step"], how="left").with_columns(
         pl.col("offset_ns").fill_null(0)
     )
-    off = wins.select("rank", "step", "offset_ns", "source", "sink", S="start_ns", T="end_ns")
+    off = wins.select(
+        "rank", "step", "offset_ns", "source", "sink", w_start="start_ns", w_end="end_ns"
+    )
     coll = (
         comm.join(off.select("rank", "step", "offset_ns"), on=["rank", "step"])
         .with_columns(start_al=pl.col("start_ns") + pl.col("offset_ns"))
@@ -395,18 +421,16 @@ def build_tables(
             d_min=pl.col("dur").min().over("step", "stream", "coll", "seq"),
             cid=pl.struct("step", "stream", "coll", "seq").rank("dense").cast(pl.Int64) - 1,
         )
-        .with_columns(arrive=base + pl.col("cid"), end_al=pl.col("end_ns") + pl.col("offset_ns"))
     )
     n_coll = int(coll["cid"].max() + 1) if coll.height else 0  # type: ignore[operator]
-    base += n_coll
-    jobs = (
-        wins.select("step")
-        .unique()
-        .sort("step")
-        .with_row_index("q")
-        .select("step", job=base + pl.col("q").cast(pl.Int64))
+    first_arrival = ids.take("collective_arrivals", n_coll)
+    coll = coll.with_columns(
+        arrive=first_arrival + pl.col("cid"), end_al=pl.col("end_ns") + pl.col("offset_ns")
     )
-    node_count = base + jobs.height
+    steps = wins.select("step").unique().sort("step").with_row_index("q")
+    first_job = ids.take("step_jobs", steps.height)
+    jobs = steps.select("step", job=first_job + pl.col("q").cast(pl.Int64))
+    node_count = ids.count
 
     edges = pl.concat(
         [
@@ -438,8 +462,8 @@ def _gpu_edges(
     op = _edges(
         op_rows,
         step=pl.col("step"),
-        u=pl.col("a"),
-        v=pl.col("b"),
+        u=pl.col("start_node"),
+        v=pl.col("end_node"),
         owner=pl.col("rank"),
         role=_lit("op"),
         work_ns=pl.coalesce("d_min", dur),
@@ -450,13 +474,14 @@ def _gpu_edges(
         .otherwise(_lit("idle")),
     )
     prev = ops.with_columns(
-        pb=pl.col("b").shift(1).over(stream_key), pe=pl.col("end_ns").shift(1).over(stream_key)
+        pb=pl.col("end_node").shift(1).over(stream_key),
+        pe=pl.col("end_ns").shift(1).over(stream_key),
     ).filter(pl.col("pb").is_not_null())
     stream = _edges(
         prev,
         step=pl.col("step"),
         u=pl.col("pb"),
-        v=pl.col("a"),
+        v=pl.col("start_node"),
         owner=pl.col("rank"),
         role=_lit("stream"),
         work_ns=pl.lit(0),
@@ -467,13 +492,13 @@ def _gpu_edges(
     # cross-stream waits: the latest end on another stream of the device before the start,
     # when it explains the start better than the stream order and the launch do
     known = pl.max_horizontal(
-        pl.col("S"),
+        pl.col("w_start"),
         pl.col("pe"),
         pl.col("launch_end_ns").clip(upper_bound=pl.col("start_ns")),
     )
-    ends = ops.select("rank", "step", "device", o_stream="stream", o_end="end_ns", o_b="b").sort(
-        "o_end"
-    )
+    ends = ops.select(
+        "rank", "step", "device", o_stream="stream", o_end="end_ns", o_b="end_node"
+    ).sort("o_end")
     late = (
         ops.with_columns(pe=pl.col("end_ns").shift(1).over(stream_key))
         .filter(pl.col("start_ns") > known)
@@ -497,7 +522,7 @@ def _gpu_edges(
         late,
         step=pl.col("step"),
         u=pl.col("o_b"),
-        v=pl.col("a"),
+        v=pl.col("start_node"),
         owner=pl.col("rank"),
         role=_lit("xstream"),
         work_ns=pl.lit(0),
@@ -555,13 +580,17 @@ def _host_edges(
         .agg(s_end=pl.col("end_ns").max())
         .sort("s_start")
     )
-    launches = launched.group_by(*pkey, l_start="ls").agg(l_end=pl.col("le").max()).sort("l_start")
+    launches = (
+        launched.group_by(*pkey, l_start="launch_at")
+        .agg(l_end=pl.col("launch_done").max())
+        .sort("l_start")
+    )
     # the GPU work each sync call waited for: the latest end of the rank's GPU work that
     # fell inside the call
     waits = (
         sync_calls.sort("end_ns")
         .join_asof(
-            ops.select("rank", "step", g="end_ns", gb="b").sort("g", "gb"),
+            ops.select("rank", "step", g="end_ns", gb="end_node").sort("g", "gb"),
             left_on="end_ns",
             right_on="g",
             by=["rank", "step"],
@@ -611,17 +640,17 @@ def _host_edges(
         gap_ns=gap,
         slack_kind=_lit("idle"),
     )
-    lrows = launched.join(points, left_on=[*pkey, "ls"], right_on=[*pkey, "t"])
+    lrows = launched.join(points, left_on=[*pkey, "launch_at"], right_on=[*pkey, "t"])
     launch = _edges(
         lrows,
         step=pl.col("step"),
         u=pl.col("node"),
-        v=pl.col("a"),
+        v=pl.col("start_node"),
         owner=pl.col("rank"),
         role=_lit("launch"),
-        work_ns=pl.col("le") - pl.col("ls"),
+        work_ns=pl.col("launch_done") - pl.col("launch_at"),
         work_kind=_lit("cpu_launch"),
-        gap_ns=pl.col("start_ns") - pl.col("ls"),
+        gap_ns=pl.col("start_ns") - pl.col("launch_at"),
         slack_kind=_lit("idle"),
     )
     wait = _edges(
@@ -661,9 +690,9 @@ def _frame_edges(
         v=pl.col("node"),
         owner=pl.col("rank"),
         role=_lit("source"),
-        work_ns=pl.col("t") - pl.col("S"),
+        work_ns=pl.col("t") - pl.col("w_start"),
         work_kind=_lit("cpu"),
-        gap_ns=pl.col("t") - pl.col("S"),
+        gap_ns=pl.col("t") - pl.col("w_start"),
         slack_kind=_lit("idle"),
     )
     # GPU work whose stream predecessor or launch is not in the graph hangs off the source
@@ -676,12 +705,12 @@ def _frame_edges(
         orphan,
         step=pl.col("step"),
         u=pl.col("source"),
-        v=pl.col("a"),
+        v=pl.col("start_node"),
         owner=pl.col("rank"),
         role=_lit("source"),
         work_ns=pl.lit(0),
         work_kind=_lit("idle"),
-        gap_ns=pl.col("start_ns") - pl.col("S"),
+        gap_ns=pl.col("start_ns") - pl.col("w_start"),
         slack_kind=_lit("idle"),
     )
     last_ops = ops.filter(pl.col("end_ns") == pl.col("end_ns").max().over(stream_key)).join(
@@ -690,13 +719,13 @@ def _frame_edges(
     gpu_sink = _edges(
         last_ops,
         step=pl.col("step"),
-        u=pl.col("b"),
+        u=pl.col("end_node"),
         v=pl.col("sink"),
         owner=pl.col("rank"),
         role=_lit("sink"),
         work_ns=pl.lit(0),
         work_kind=_lit("idle"),
-        gap_ns=pl.col("T") - pl.col("end_ns"),
+        gap_ns=pl.col("w_end") - pl.col("end_ns"),
         slack_kind=_lit("idle"),
     )
     host_sink = _edges(
@@ -708,12 +737,12 @@ def _frame_edges(
         role=_lit("sink"),
         work_ns=pl.lit(0),
         work_kind=_lit("idle"),
-        gap_ns=pl.col("T") - pl.col("t"),
+        gap_ns=pl.col("w_end") - pl.col("t"),
         slack_kind=_lit("idle"),
     )
     aligned = (
         off.join(jobs, on="step")
-        .with_columns(s_al=pl.col("S") + pl.col("offset_ns"))
+        .with_columns(s_al=pl.col("w_start") + pl.col("offset_ns"))
         .with_columns(s_min=pl.col("s_al").min().over("step"))
     )
     job = _edges(
@@ -738,7 +767,7 @@ def _frame_edges(
         role=_lit("sink"),
         work_ns=pl.lit(0),
         work_kind=_lit("idle"),
-        gap_ns=pl.col("T") - pl.col("S"),
+        gap_ns=pl.col("w_end") - pl.col("w_start"),
         slack_kind=_lit("idle"),
     )
     return [host_src, gpu_src, gpu_sink, host_sink, job, empty]

@@ -1,0 +1,314 @@
+"""Structural splitting of a `traceEvents` array in any JSON layout into NDJSON, with numpy.
+
+Part of the Chrome-trace reader. Kineto's own indented layout has a faster splitter
+(`json_scan.EventSplitter`); this one reads every other layout the same way: minified
+single-line `json.dump` output, CRLF line ends, other tools' indentation, keys in any order.
+
+Over a block of bytes that starts between two events (outside any string, at the array's own
+level), it finds the quotes that open or close strings (a quote after an odd run of
+backslashes is escaped), keeps the braces outside strings and counts their depth: an event
+is a brace that opens at depth 0 up to the brace that brings the depth back to 0. Each whole
+event is then rewritten onto a line of its own, in place and keeping the length: control
+bytes (newlines, CR, tabs), which JSON allows only outside strings, turn to spaces; the comma
+between two events turns to a space and the byte after an event's closing brace to a newline.
+Loops run over pattern bytes and gap widths, never over events.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from traceanalyzer.readers.json_scan import (
+    Bytes,
+    Positions,
+    exact_timestamps,
+    needs_exact_timestamps,
+)
+
+_QUOTE, _BACKSLASH, _COMMA = 34, 92, 44
+_OPEN, _CLOSE, _SPACE, _NEWLINE = 123, 125, 32, 10
+#: How far from a key the `:` and the value are looked for (blanks between them).
+_NEAR = 32
+#: Widest gap between two events checked with numpy; wider ones are checked one by one.
+_GAP_MAX = 64
+
+
+class LayoutError(ValueError):
+    """The array holds something other than objects separated by commas."""
+
+    def __init__(self, offset: int, found: bytes) -> None:
+        self.offset = offset  # in the block
+        self.found = found
+        super().__init__(f"{found!r} between two events")
+
+
+class StructuralSplitter:
+    """Turns the events of a `traceEvents` array, in any JSON layout, into NDJSON in place."""
+
+    def __init__(self) -> None:
+        #: The array's closing `]` has been seen: the rest of the file is not events.
+        self.ended = False
+        #: Whether the last split rewrote timestamps to exact ns (`tn`, `exact_timestamps`).
+        self.exact = False
+
+    def split_in_place(self, buf: bytearray, n: int) -> tuple[int, int] | None:
+        """Rewrite the whole events at the front of `buf[:n]` as NDJSON, args lifted.
+
+        `buf` starts between two events (or right after the array's `[`). Returns (end of
+        the NDJSON, start of the rest), or None when `buf[:n]` holds no whole event (yet).
+        Raises `LayoutError` when something other than a comma and blanks sits between two
+        events.
+        """
+        if self.ended or n == 0:
+            return None
+        arr = np.frombuffer(buf, dtype=np.uint8, count=n)
+        quotes = string_quotes(arr)
+        braces, depth = _braces(arr, quotes)
+        starts, ends = _events(arr, braces, depth)
+        count, self.ended = _check_gaps(arr, starts, ends)
+        if count == 0:
+            return None
+        starts, ends = starts[:count], ends[:count]
+        last = int(ends[-1])
+        out = arr[: last + 1]
+        out[: starts[0]] = _SPACE  # blanks and the comma before the first event
+        np.maximum(out, _SPACE, out=out)  # control bytes can only be blanks here
+        _blank_gaps(out, starts, ends)
+        self.exact = needs_exact_timestamps(buf, last + 1)
+        if self.exact:
+            exact_timestamps(out)
+        quotes = quotes[quotes < last]
+        inside = int(np.searchsorted(braces, last, side="right"))
+        braces, depth = braces[:inside], depth[:inside]
+        lift_any_args(out, quotes, braces, depth, ends)
+        drop_flows(out, starts, ends)
+        return last + 1, last + 1
+
+
+def string_quotes(arr: Bytes) -> Positions:
+    """Positions of the quotes that open or close strings in `arr` (which starts outside one).
+
+    A quote is escaped when an odd run of backslashes precedes it; runs are followed one
+    byte back at a time, over the few quotes that have a backslash before them.
+    """
+    quotes = np.flatnonzero(arr == _QUOTE)
+    if quotes.size == 0:
+        return quotes
+    first = 1 if quotes[0] == 0 else 0
+    after = quotes[first:]
+    maybe = after[arr[after - 1] == _BACKSLASH]
+    if maybe.size == 0:
+        return quotes
+    odd = np.zeros(maybe.size, bool)
+    live = np.arange(maybe.size)
+    back = 1
+    while live.size:
+        pos = maybe[live] - back
+        run = (pos >= 0) & (arr[np.maximum(pos, 0)] == _BACKSLASH)
+        live = live[run]
+        odd[live] ^= True
+        back += 1
+    return np.setdiff1d(quotes, maybe[odd], assume_unique=True)
+
+
+def _braces(arr: Bytes, quotes: Positions) -> tuple[Positions, Positions]:
+    """The braces outside strings, and the depth after each (0 between the array's events)."""
+    candidates = np.flatnonzero((arr == _OPEN) | (arr == _CLOSE))
+    braces = candidates[(np.searchsorted(quotes, candidates) & 1) == 0]
+    step = (arr[braces] == _OPEN).astype(np.int64) * 2 - 1
+    return braces, np.cumsum(step)
+
+
+def _events(arr: Bytes, braces: Positions, depth: Positions) -> tuple[Positions, Positions]:
+    """The opening and closing brace of each event (whole ones first, then one cut off).
+
+    Depth below 0 means the braces of the object that holds the array: nothing from there
+    on is an event (the gap check finds the array's `]` before it).
+    """
+    below = np.flatnonzero(depth < 0)
+    if below.size:
+        braces, depth = braces[: below[0]], depth[: below[0]]
+    opening = arr[braces] == _OPEN
+    starts = braces[opening & (depth == 1)]
+    ends = braces[~opening & (depth == 0)]
+    return starts, ends
+
+
+def _check_gaps(arr: Bytes, starts: Positions, ends: Positions) -> tuple[int, bool]:
+    """How many whole events lead the block, and whether the array ends after them.
+
+    Between two events there must be blanks and one comma; before the first, blanks and at
+    most one comma (what follows the previous block's last event). A gap whose first token
+    is `]` ends the array: the events before it are the last.
+    """
+    count = ends.size
+    if count == 0:
+        lead = _first_token(arr, 0, int(starts[0]) if starts.size else arr.size)
+        return 0, lead == ord("]")
+    lo = np.concatenate(([0], ends[: count - 1] + 1))
+    hi = starts[:count]
+    bad = _bad_gaps(arr, lo, hi)
+    if bad.size == 0:
+        return count, False
+    i = int(bad[0])
+    gap = bytes(arr[lo[i] : hi[i]])
+    if gap.lstrip(b" \t\r\n,")[:1] == b"]":
+        return i, True
+    raise LayoutError(int(lo[i]), gap.strip()[:40])
+
+
+def _first_token(arr: Bytes, lo: int, hi: int) -> int:
+    """The first byte in `arr[lo:hi]` that is not a blank or a comma, or -1."""
+    rest = bytes(arr[lo:hi]).lstrip(b" \t\r\n,")
+    return rest[0] if rest else -1
+
+
+_BLANK_OR_COMMA = np.zeros(256, bool)
+_BLANK_OR_COMMA[list(b" \t\r\n,")] = True
+
+
+def _bad_gaps(arr: Bytes, lo: Positions, hi: Positions) -> Positions:
+    """Indices of the gaps `arr[lo:hi]` that are not blanks around one comma (the first gap:
+    at most one comma)."""
+    width = hi - lo
+    commas = np.zeros(lo.size, np.int64)
+    other = np.zeros(lo.size, bool)
+    narrow = np.flatnonzero(width <= _GAP_MAX)
+    for j in range(int(width[narrow].max()) if narrow.size else 0):
+        at = narrow[width[narrow] > j]
+        byte = arr[lo[at] + j]
+        commas[at] += byte == _COMMA
+        other[at] |= ~_BLANK_OR_COMMA[byte]
+    for i in np.flatnonzero(width > _GAP_MAX):  # rare: a gap of many blanks
+        gap = bytes(arr[lo[i] : hi[i]])
+        commas[i] = gap.count(b",")
+        other[i] = bool(gap.strip(b" \t\r\n,"))
+    expected = np.ones(lo.size, np.int64)
+    bad = other | (commas != expected)
+    bad[0] = other[0] | (commas[0] > 1)
+    return np.flatnonzero(bad)
+
+
+def _blank_gaps(out: Bytes, starts: Positions, ends: Positions) -> None:
+    """Blank the comma between consecutive events and end each event's line after its `}`.
+
+    The gaps hold only blanks (already spaces) and one comma each (`_check_gaps`).
+    """
+    if ends.size < 2:
+        return
+    lo, hi = ends[:-1] + 1, starts[1:]
+    width = hi - lo
+    for j in range(int(width.max())):
+        at = lo[width > j] + j
+        out[at[out[at] == _COMMA]] = _SPACE
+    out[lo] = _NEWLINE
+
+
+def _near(out: Bytes, anchor: Positions, step: int) -> Positions:
+    """The first non-blank byte within `_NEAR` bytes of each anchor, going `step`; -1 if none.
+
+    Blanks here are spaces only: the splitter has turned every other blank to one.
+    """
+    offsets = np.arange(1, _NEAR + 1) * step
+    pos = anchor[:, None] + offsets
+    inside = (pos >= 0) & (pos < out.size)
+    token = inside & (out[np.clip(pos, 0, out.size - 1)] != _SPACE)
+    found = token.any(1)
+    return np.where(found, anchor + (token.argmax(1) + 1) * step, -1)
+
+
+_ARGS_TAIL = b'args"'
+
+
+def lift_any_args(
+    out: Bytes, quotes: Positions, braces: Positions, depth: Positions, ends: Positions
+) -> None:
+    """Lift each event's `args` object into the event itself, in place, in any layout.
+
+    The same rewrite as `json_scan.lift_args` (the key, the colon and the brace that opens
+    the object turn to spaces, and so does the brace that closes it), but found from the
+    string quotes and brace depths instead of Kineto's line breaks: an `"args"` key is a
+    string that opens at depth 1 (a key of the event, wherever it sits among the event's
+    keys), followed by `:` and `{`; its object closes at the next brace that brings the
+    depth back to 1. Events with no args, an empty args object or two args keys are left
+    as they are (the reader parses an args object left in place by a slower path).
+    """
+    if quotes.size < 2 or ends.size == 0:
+        return
+    opening = quotes[::2]  # every string starts outside one: opening quotes are even
+    opening = opening[opening + len(_ARGS_TAIL) + 2 < out.size]
+    for i, byte in enumerate(_ARGS_TAIL):
+        opening = opening[out[opening + 1 + i] == byte]
+    if opening.size == 0:
+        return
+    before = np.searchsorted(braces, opening) - 1
+    key = opening[(before >= 0) & (depth[np.maximum(before, 0)] == 1)]
+    event = np.searchsorted(ends, key)
+    one = np.ones(key.size, bool)  # the event's only args key (JSON keeps the last of two)
+    same = event[1:] == event[:-1]
+    one[1:] &= ~same
+    one[:-1] &= ~same
+    key = key[one]
+    if key.size == 0:
+        return
+    colon = _near(out, key + len(_ARGS_TAIL), 1)
+    key, colon = key[colon >= 0], colon[colon >= 0]
+    keep = out[colon] == ord(":")
+    key, colon = key[keep], colon[keep]
+    brace = _near(out, colon, 1)
+    keep = (brace >= 0) & (out[np.maximum(brace, 0)] == _OPEN)
+    key, brace = key[keep], brace[keep]
+    first = _near(out, brace, 1)
+    keep = (first >= 0) & (out[np.maximum(first, 0)] == _QUOTE)  # not an empty object
+    key, brace = key[keep], brace[keep]
+    if key.size == 0:
+        return
+    at = np.searchsorted(braces, brace)
+    closing = np.flatnonzero((depth == 1) & (out[braces] == _CLOSE))
+    close = braces[closing[np.minimum(np.searchsorted(closing, at), closing.size - 1)]]
+    width = brace - key + 1
+    for j in range(int(width.max())):
+        sel = width > j
+        out[key[sel] + j] = _SPACE
+    out[close] = _SPACE
+
+
+#: A flow event's first key and value (`"ph": "s"` start, `"ph": "f"` finish), as json.dump
+#: writes them with its default separators and with compact ones.
+_FLOW_HEADS = tuple(
+    np.uint64(int.from_bytes(p, "little"))
+    for p in (b'"ph": "s', b'"ph": "f', b'"ph":"s"', b'"ph":"f"')
+)
+#: Longest flow event blanked (Kineto's are about 120 bytes).
+_FLOW_MAX = 512
+
+
+def drop_flows(out: Bytes, starts: Positions, ends: Positions) -> None:
+    """Blank each flow event into the line before it, in place (see `json_scan.merge_flows`).
+
+    Only events whose first key is `"ph"` with the value `"s"` or `"f"` are blanked; the
+    block's first event is kept.
+    """
+    if starts.size < 2 or out.size < 8:
+        return
+    token = _near(out, starts[1:], 1)
+    fits = (token >= 0) & (token + 8 <= out.size)
+    words: np.ndarray[Any, np.dtype[np.uint64]] = np.ndarray(
+        (out.size - 7,), "<u8", out, strides=(1,)
+    )
+    head = words[np.where(fits, token, 0)]
+    flow = fits & np.isin(head, _FLOW_HEADS)
+    lo = ends[:-1] + 1  # the newline that ends the event before
+    hi = ends[1:]
+    flow &= (hi - lo < _FLOW_MAX) & (hi - lo >= 8)
+    if not flow.any():
+        return
+    lo, hi = lo[flow], hi[flow]
+    width = hi - lo + 1
+    blanks = np.uint64(int.from_bytes(b" " * 8, "little"))
+    for j in range(0, int(width.max()) - 7, 8):
+        inside = lo + j + 8 <= hi + 1
+        words[lo[inside] + j] = blanks
+    words[hi - 7] = blanks

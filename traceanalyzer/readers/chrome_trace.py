@@ -464,7 +464,8 @@ def _read_file(path: Path, kineto: bool) -> _Parsed:
                 _raise_no_events(path, win.take(win.n), win.eof)
             assert match is not None
             if match.end() == win.n or win.data[match.end()] != ord("["):
-                found = bytes(win.data[match.end() : match.end() + 1]).decode("latin-1")
+                end = min(match.end() + 1, win.n)
+                found = bytes(win.data[match.end() : end]).decode("latin-1")
                 raise TraceFormatError(
                     f"traceEvents is not a list (it starts with {found!r}, not '[')"
                     if found

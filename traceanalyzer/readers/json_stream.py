@@ -209,14 +209,23 @@ def _blank_gaps(out: Bytes, starts: Positions, ends: Positions) -> None:
 def _near(out: Bytes, anchor: Positions, step: int) -> Positions:
     """The first non-blank byte within `_NEAR` bytes of each anchor, going `step`; -1 if none.
 
-    Blanks here are spaces only: the splitter has turned every other blank to one.
+    Blanks here are spaces only: the splitter has turned every other blank to one. Steps
+    one byte at a time over the anchors not settled yet: most settle in a step or two.
     """
-    offsets = np.arange(1, _NEAR + 1) * step
-    pos = anchor[:, None] + offsets
-    inside = (pos >= 0) & (pos < out.size)
-    token = inside & (out[np.clip(pos, 0, out.size - 1)] != _SPACE)
-    found = token.any(1)
-    return np.where(found, anchor + (token.argmax(1) + 1) * step, -1)
+    found = np.full(anchor.size, -1, np.int64)
+    todo = np.arange(anchor.size)
+    pos = anchor
+    for _ in range(_NEAR):
+        pos = pos + step
+        inside = (pos >= 0) & (pos < out.size)
+        if not inside.all():
+            todo, pos = todo[inside], pos[inside]
+        token = out[pos] != _SPACE
+        found[todo[token]] = pos[token]
+        todo, pos = todo[~token], pos[~token]
+        if todo.size == 0:
+            break
+    return found
 
 
 _ARGS_TAIL = b'args"'
@@ -240,7 +249,7 @@ def lift_any_args(
     opening = quotes[::2]  # every string starts outside one: opening quotes are even
     opening = opening[opening + len(_ARGS_TAIL) + 2 < out.size]
     for i, byte in enumerate(_ARGS_TAIL):
-        opening = opening[out[opening + 1 + i] == byte]
+        opening = opening[out[1 + i :][opening] == byte]
     if opening.size == 0:
         return
     before = np.searchsorted(braces, opening) - 1

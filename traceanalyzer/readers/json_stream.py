@@ -52,6 +52,8 @@ class StructuralSplitter:
         self.ended = False
         #: Whether the last split rewrote timestamps to exact ns (`tn`, `exact_timestamps`).
         self.exact = False
+        # reused from block to block: fresh pages for every block cost more than the scan
+        self._masks = np.zeros((3, 0), dtype=bool)
 
     def split_in_place(self, buf: bytearray, n: int) -> tuple[int, int] | None:
         """Rewrite the whole events at the front of `buf[:n]` as NDJSON, args lifted.
@@ -64,8 +66,11 @@ class StructuralSplitter:
         if self.ended or n == 0:
             return None
         arr = np.frombuffer(buf, dtype=np.uint8, count=n)
-        quotes = string_quotes(arr)
-        braces, depth = _braces(arr, quotes)
+        if self._masks.shape[1] < n:
+            self._masks = np.zeros((3, max(n, 2 * self._masks.shape[1])), dtype=bool)
+        quotes, mask, other = self._masks[0, :n], self._masks[1, :n], self._masks[2, :n]
+        string_quotes(arr, quotes)
+        braces, depth = _braces(arr, quotes, mask, other)
         starts, ends = _events(arr, braces, depth)
         count, self.ended = _check_gaps(arr, starts, ends)
         if count == 0:
@@ -74,34 +79,35 @@ class StructuralSplitter:
         last = int(ends[-1])
         out = arr[: last + 1]
         out[: starts[0]] = _SPACE  # blanks and the comma before the first event
-        np.maximum(out, _SPACE, out=out)  # control bytes can only be blanks here
+        control = mask[: last + 1]
+        np.less(out, _SPACE, out=control)
+        out[np.flatnonzero(control)] = _SPACE  # control bytes can only be blanks here
         _blank_gaps(out, starts, ends)
         self.exact = needs_exact_timestamps(buf, last + 1)
         if self.exact:
             exact_timestamps(out)
-        quotes = quotes[quotes < last]
         inside = int(np.searchsorted(braces, last, side="right"))
         braces, depth = braces[:inside], depth[:inside]
-        lift_any_args(out, quotes, braces, depth, ends)
+        lift_any_args(out, braces, depth, ends)
         drop_flows(out, starts, ends)
         return last + 1, last + 1
 
 
-def string_quotes(arr: Bytes) -> Positions:
-    """Positions of the quotes that open or close strings in `arr` (which starts outside one).
+Mask = np.ndarray[Any, np.dtype[np.bool_]]
 
-    A quote is escaped when an odd run of backslashes precedes it; runs are followed one
-    byte back at a time, over the few quotes that have a backslash before them.
+
+def string_quotes(arr: Bytes, mask: Mask) -> None:
+    """Mark in `mask` the quotes that open or close strings in `arr` (which starts outside one).
+
+    A quote is escaped when an odd run of backslashes precedes it. The few backslashes
+    followed by a quote are found as 2-byte words; their runs are followed one byte back at
+    a time.
     """
-    quotes = np.flatnonzero(arr == _QUOTE)
-    if quotes.size == 0:
-        return quotes
-    first = 1 if quotes[0] == 0 else 0
-    after = quotes[first:]
-    maybe = after[arr[after - 1] == _BACKSLASH]
+    np.equal(arr, _QUOTE, out=mask)
+    maybe = pairs(arr, b'\\"')
     if maybe.size == 0:
-        return quotes
-    odd = np.zeros(maybe.size, bool)
+        return
+    odd = np.ones(maybe.size, bool)
     live = np.arange(maybe.size)
     back = 1
     while live.size:
@@ -110,14 +116,41 @@ def string_quotes(arr: Bytes) -> Positions:
         live = live[run]
         odd[live] ^= True
         back += 1
-    return np.setdiff1d(quotes, maybe[odd], assume_unique=True)
+    mask[maybe[odd] + 1] = False
 
 
-def _braces(arr: Bytes, quotes: Positions) -> tuple[Positions, Positions]:
-    """The braces outside strings, and the depth after each (0 between the array's events)."""
-    candidates = np.flatnonzero((arr == _OPEN) | (arr == _CLOSE))
-    braces = candidates[(np.searchsorted(quotes, candidates) & 1) == 0]
-    step = (arr[braces] == _OPEN).astype(np.int64) * 2 - 1
+def pairs(arr: Bytes, pair: bytes) -> Positions:
+    """Start positions of the 2-byte `pair` in `arr`, ascending (as words, 2 alignments)."""
+    key = int.from_bytes(pair, "little")
+    hits = []
+    for off in (0, 1):
+        words = (arr.size - off) // 2
+        if words > 0:
+            view = arr[off : off + 2 * words].view("<u2")
+            hits.append(np.flatnonzero(view == key) * 2 + off)
+    return np.sort(np.concatenate(hits)) if hits else np.zeros(0, np.int64)
+
+
+def _braces(arr: Bytes, quotes: Mask, opens: Mask, closes: Mask) -> tuple[Positions, Positions]:
+    """The braces outside strings, and the depth after each (0 between the array's events).
+
+    `quotes` marks the string quotes (`string_quotes`). A brace is inside a string when an
+    odd number of quotes precede it: the parity of the quotes between consecutive braces is
+    an XOR over each stretch (one pass, no positions of quotes), accumulated over the
+    stretches. `opens` and `closes` are scratch space.
+    """
+    np.equal(arr, _OPEN, out=opens)
+    np.equal(arr, _CLOSE, out=closes)
+    candidates = np.flatnonzero(np.logical_or(opens, closes, out=closes))
+    if candidates.size == 0:
+        return candidates, candidates
+    # the stretch before the first brace starts at 0 (an empty one if the brace is at 0:
+    # reduceat then gives that byte, a brace, so 0 all the same)
+    stretches = np.concatenate((np.zeros(1, np.int64), candidates))
+    parity = np.bitwise_xor.reduceat(quotes.view(np.uint8), stretches)
+    outside = np.bitwise_xor.accumulate(parity)[:-1] == 0
+    braces = candidates[outside]
+    step = opens[braces].astype(np.int64) * 2 - 1
     return braces, np.cumsum(step)
 
 
@@ -228,47 +261,41 @@ def _near(out: Bytes, anchor: Positions, step: int) -> Positions:
     return found
 
 
-_ARGS_TAIL = b'args"'
+_ARGS_KEY = b'"args"'
 
 
-def lift_any_args(
-    out: Bytes, quotes: Positions, braces: Positions, depth: Positions, ends: Positions
-) -> None:
+def lift_any_args(out: Bytes, braces: Positions, depth: Positions, ends: Positions) -> None:
     """Lift each event's `args` object into the event itself, in place, in any layout.
 
     The same rewrite as `json_scan.lift_args` (the key, the colon and the brace that opens
     the object turn to spaces, and so does the brace that closes it), but found from the
-    string quotes and brace depths instead of Kineto's line breaks: an `"args"` key is a
-    string that opens at depth 1 (a key of the event, wherever it sits among the event's
-    keys), followed by `:` and `{`; its object closes at the next brace that brings the
-    depth back to 1. Events with no args, an empty args object or two args keys are left
-    as they are (the reader parses an args object left in place by a slower path).
+    string quotes and brace depths instead of Kineto's line breaks: from each object that
+    opens at depth 2 (a value of an event, wherever its key sits among the event's keys),
+    the blanks are stepped back over to a `:` and a string `"args"` (an opening quote, not
+    the end of a longer string); the object closes at the next brace that brings the depth
+    back to 1. Events with no args, an empty args object or two args objects are left as
+    they are (the reader parses an args object left in place by a slower path).
     """
-    if quotes.size < 2 or ends.size == 0:
+    if ends.size == 0:
         return
-    opening = quotes[::2]  # every string starts outside one: opening quotes are even
-    opening = opening[opening + len(_ARGS_TAIL) + 2 < out.size]
-    for i, byte in enumerate(_ARGS_TAIL):
-        opening = opening[out[1 + i :][opening] == byte]
-    if opening.size == 0:
-        return
-    before = np.searchsorted(braces, opening) - 1
-    key = opening[(before >= 0) & (depth[np.maximum(before, 0)] == 1)]
+    opens = braces[(depth == 2) & (out[braces] == _OPEN)]  # objects that are event values
+    colon = _near(out, opens, -1)
+    keep = (colon >= len(_ARGS_KEY)) & (out[np.maximum(colon, 0)] == ord(":"))
+    brace, colon = opens[keep], colon[keep]
+    end = _near(out, colon, -1)  # the key's closing quote
+    key = end - len(_ARGS_KEY) + 1
+    keep = end >= len(_ARGS_KEY) - 1
+    for i, byte in enumerate(_ARGS_KEY):
+        keep &= out[np.maximum(key + i, 0)] == byte
+    brace, key = brace[keep], key[keep]
+    keep = out[np.maximum(key - 1, 0)] != _BACKSLASH  # `"args"`, not the end of `"\"args"`
+    brace, key = brace[keep], key[keep]
     event = np.searchsorted(ends, key)
     one = np.ones(key.size, bool)  # the event's only args key (JSON keeps the last of two)
     same = event[1:] == event[:-1]
     one[1:] &= ~same
     one[:-1] &= ~same
-    key = key[one]
-    if key.size == 0:
-        return
-    colon = _near(out, key + len(_ARGS_TAIL), 1)
-    key, colon = key[colon >= 0], colon[colon >= 0]
-    keep = out[colon] == ord(":")
-    key, colon = key[keep], colon[keep]
-    brace = _near(out, colon, 1)
-    keep = (brace >= 0) & (out[np.maximum(brace, 0)] == _OPEN)
-    key, brace = key[keep], brace[keep]
+    brace, key = brace[one], key[one]
     first = _near(out, brace, 1)
     keep = (first >= 0) & (out[np.maximum(first, 0)] == _QUOTE)  # not an empty object
     key, brace = key[keep], brace[keep]

@@ -9,22 +9,28 @@ The shapes come from ``bench/make_shapes.py`` (real traces scaled up and rewritt
 JSON layouts; made first when missing). For each, each run in a subprocess of its own (see
 ``bench_report.py``): a plain ``orjson.loads`` of the same bytes (UTF-16 decoded first), then
 ``python -m traceanalyzer report FILE --format json -o OUT``, process start to exit. Prints
-the size, MB/s, peak RSS / file size and the report's time as a multiple of orjson's (the
-machine's speed drifts up to 2x between minutes; the ratio, taken in the same run, drifts
-less). Unless ``--no-check``, every shape's report must equal, byte for byte, the report on
-the indented trace it was rewritten from (the input's name aside).
+the size, MB/s, peak RSS / file size and the report's wall and CPU (user + system) time as
+multiples of orjson's (the machine's speed drifts up to 2x between minutes, and other jobs
+share its 2 cores; the ratios, taken in the same run, drift less). Unless ``--no-check``,
+every shape's report must equal, byte for byte, the report on the indented trace it was
+rewritten from (the input's name aside).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
+import subprocess
 import sys
 import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_report import GOAL_MB_PER_S, GOAL_RSS_RATIO, MB, log, run_measured
+from bench_report import GOAL_MB_PER_S, GOAL_RSS_RATIO, MB, REPO_ROOT, log
 from make_shapes import BENCH_DIR, REWRITES, make
 
 BASELINE_CODE = (
@@ -37,6 +43,30 @@ BASELINE_CODE = (
 def _origin(shape: str) -> str:
     """The indented trace a shape was rewritten from (itself for the scaled originals)."""
     return REWRITES[shape][0] if shape in REWRITES else "kineto" if shape == "utf16" else shape
+
+
+@dataclass
+class Run:
+    """One command's best wall and CPU seconds (user + system) and highest peak RSS."""
+
+    wall_s: float = float("inf")
+    cpu_s: float = float("inf")
+    rss_mb: float = 0.0
+
+    def add(self, cmd: list[str]) -> None:
+        """Run `cmd` (stdout to /dev/null) in a process of its own and keep its measures."""
+        with tempfile.TemporaryFile() as err:
+            start = time.perf_counter()
+            proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=err)
+            _, status, usage = os.wait4(proc.pid, 0)
+            wall = time.perf_counter() - start
+            if os.waitstatus_to_exitcode(status) != 0:
+                err.seek(0)
+                sys.stderr.write(err.read().decode(errors="replace")[-4000:])
+                sys.exit(f"failed: {shlex.join(cmd)}")
+        self.wall_s = min(self.wall_s, wall)
+        self.cpu_s = min(self.cpu_s, usage.ru_utime + usage.ru_stime)
+        self.rss_mb = max(self.rss_mb, usage.ru_maxrss * 1024 / MB)  # KiB on Linux
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,31 +92,31 @@ def main(argv: list[str] | None = None) -> int:
             base = [sys.executable, "-c", BASELINE_CODE, str(path)]
             report = [sys.executable, "-m", "traceanalyzer", "report", str(path)]
             report += ["--format", "json", "-o", str(out)]
-            best = {"orjson": float("inf"), "report": float("inf")}
-            rss = 0.0
+            base_run, report_run = Run(), Run()
             for i in range(args.repeat):
                 log(f"{shape}: run {i + 1}/{args.repeat}")
-                best["orjson"] = min(best["orjson"], run_measured(base)[0])
-                seconds, rss_mb = run_measured(report)
-                best["report"] = min(best["report"], seconds)
-                rss = max(rss, rss_mb)
+                base_run.add(base)
+                report_run.add(report)
             reports[shape] = out.read_bytes().replace(path.name.encode(), b"TRACE")
-            rows.append((shape, size_mb, best["report"], rss, best["orjson"]))
-    print(f"best of {args.repeat}; MB = 10^6 bytes")
+            rows.append((shape, size_mb, report_run, base_run))
+    print(f"best of {args.repeat}; MB = 10^6 bytes; x orjson: the report's time / orjson.loads'")
     print(
-        f"{'shape':16} {'size MB':>8} {'seconds':>8} {'MB/s':>7} {'RSS/size':>9} "
-        f"{'x orjson':>9} {'goal':>5} {'report':>7}"
+        f"{'shape':16} {'size MB':>8} {'wall s':>7} {'MB/s':>7} {'RSS/size':>9} "
+        f"{'x orjson':>9} {'cpu s':>6} {'cpu x orjson':>13} {'goal':>5} {'report':>7}"
     )
     missed = 0
-    for shape, size_mb, seconds, rss, base_s in rows:
-        ok = size_mb / seconds >= GOAL_MB_PER_S and rss / size_mb <= GOAL_RSS_RATIO
+    for shape, size_mb, run, base_run in rows:
+        rate = size_mb / run.wall_s
+        ok = rate >= GOAL_MB_PER_S and run.rss_mb / size_mb <= GOAL_RSS_RATIO
         origin = _origin(shape)
         same = "-" if args.no_check or origin not in reports else "same"
         if same == "same" and reports[shape] != reports[origin]:
             same, missed = "DIFFERS", missed + 1
         print(
-            f"{shape:16} {size_mb:8.1f} {seconds:8.2f} {size_mb / seconds:7.1f} "
-            f"{rss / size_mb:9.2f} {seconds / base_s:9.2f} {'ok' if ok else 'MISS':>5} {same:>7}"
+            f"{shape:16} {size_mb:8.1f} {run.wall_s:7.2f} {rate:7.1f} "
+            f"{run.rss_mb / size_mb:9.2f} {run.wall_s / base_run.wall_s:9.2f} "
+            f"{run.cpu_s:6.2f} {run.cpu_s / base_run.cpu_s:13.2f} {'ok' if ok else 'MISS':>5} "
+            f"{same:>7}"
         )
     return 1 if missed else 0
 

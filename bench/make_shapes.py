@@ -34,8 +34,9 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -52,22 +53,74 @@ SOURCES = {
 }
 
 
-def _minified(data: bytes) -> bytes:
-    return json.dumps(orjson.loads(data)).encode()
+Event = Any
 
 
-def _indent2(data: bytes) -> bytes:
-    return json.dumps(orjson.loads(data), indent=2).encode()
+def _parts(data: bytes) -> tuple[dict[str, Any], Iterator[Event], dict[str, Any]]:
+    """The header keys, the events (decoded one at a time) and the trailer keys of a trace
+    in ``make_big_trace.py``'s layout, where ``},`` newline, 2 spaces, ``{`` only ever
+    separates two events."""
+    key = data.index(b'"traceEvents": [')
+    header = orjson.loads(data[:key].rstrip(b" \n,") + b"}")
+    first = data.index(b"{", key)
+    end = data.rindex(b"}\n  ]") + 1
+    trailer = orjson.loads(b"{" + data[end:].lstrip(b" \n]").lstrip(b",") or b"{}")
+
+    def events() -> Iterator[Event]:
+        pos = first
+        while pos < end:
+            cut = data.find(b"},\n  {", pos, end)
+            stop = end if cut < 0 else cut + 1
+            yield orjson.loads(data[pos:stop])
+            pos = stop + 4
+
+    return header, events(), trailer
 
 
-#: Layout -> (the scaled trace it rewrites, the rewrite).
-REWRITES: dict[str, tuple[str, Callable[[bytes], bytes]]] = {
-    "minified": ("kineto", _minified),
-    "crlf": ("kineto", lambda data: data.replace(b"\n", b"\r\n")),
-    "bom": ("kineto", lambda data: codecs.BOM_UTF8 + data),
-    "indent2": ("kineto", _indent2),
-    "stacks_minified": ("stacks", _minified),
+def _rewrite(src: Path, dst: Path, indent: int | None) -> None:
+    """Write ``src`` as ``json.dump(doc, dst, indent=indent)`` would, one event at a time."""
+    header, events, trailer = _parts(src.read_bytes())
+    pad = "" if indent is None else "\n" + " " * indent
+    sep = ", " if indent is None else ","
+
+    def item(k: str, v: Any) -> str:
+        return pad + json.dumps(k) + ": " + json.dumps(v, indent=indent).replace("\n", pad)
+
+    with dst.open("w") as out:
+        out.write("{" + sep.join(item(k, v) for k, v in header.items()) + sep)
+        out.write(pad + '"traceEvents": [')
+        inner = pad + " " * (indent or 0)
+        for i, ev in enumerate(events):
+            text = json.dumps(ev, indent=indent)
+            out.write((sep if i else "") + inner + text.replace("\n", inner))
+        out.write(pad + "]")
+        out.write("".join(sep + item(k, v) for k, v in trailer.items()))
+        out.write(("\n" if indent is not None else "") + "}")
+
+
+def _copy(src: Path, dst: Path, head: bytes = b"", crlf: bool = False, utf16: bool = False) -> None:
+    """``src`` copied to ``dst`` in blocks: after `head`, CRLF line ends, or as UTF-16 LE."""
+    text = codecs.getincrementaldecoder("utf-8")()  # a block may end inside a character
+    with src.open("rb") as fin, dst.open("wb") as out:
+        out.write(head)
+        while block := fin.read(64 << 20):
+            if crlf:
+                block = block.replace(b"\n", b"\r\n")
+            if utf16:
+                block = text.decode(block).encode("utf-16-le")
+            out.write(block)
+
+
+#: Layout -> (the scaled trace it rewrites, the rewrite from that file to the layout's).
+REWRITES: dict[str, tuple[str, Callable[[Path, Path], None]]] = {
+    "minified": ("kineto", lambda src, dst: _rewrite(src, dst, None)),
+    "crlf": ("kineto", lambda src, dst: _copy(src, dst, crlf=True)),
+    "bom": ("kineto", lambda src, dst: _copy(src, dst, head=codecs.BOM_UTF8)),
+    "indent2": ("kineto", lambda src, dst: _rewrite(src, dst, 2)),
+    "stacks_minified": ("stacks", lambda src, dst: _rewrite(src, dst, None)),
 }
+#: Made only when asked for (twice the size of the trace it copies).
+UTF16 = ("kineto", lambda src, dst: _copy(src, dst, head=codecs.BOM_UTF16_LE, utf16=True))
 
 
 def _log(message: str) -> None:
@@ -89,18 +142,13 @@ def make(cache_dir: Path, size_mb: float, utf16: bool = False) -> dict[str, Path
             subprocess.run([*cmd, "--size-mb", f"{size_mb:g}"], check=True, stdout=sys.stderr)
             partial.replace(path)
         paths[name] = path
-    rewrites = dict(REWRITES)
-    if utf16:
-        rewrites["utf16"] = (
-            "kineto",
-            lambda data: codecs.BOM_UTF16_LE + data.decode().encode("utf-16-le"),
-        )
+    rewrites = {**REWRITES, **({"utf16": UTF16} if utf16 else {})}
     for name, (base, rewrite) in rewrites.items():
         path = folder / f"{name}.json"
         if not path.is_file():
             _log(f"making {path}")
             partial = path.with_suffix(".partial")
-            partial.write_bytes(rewrite(paths[base].read_bytes()))
+            rewrite(paths[base], partial)
             partial.replace(path)
         paths[name] = path
     return paths

@@ -52,8 +52,9 @@ class StructuralSplitter:
         self.ended = False
         #: Whether the last split rewrote timestamps to exact ns (`tn`, `exact_timestamps`).
         self.exact = False
-        # reused from block to block: fresh pages for every block cost more than the scan
-        self._masks = np.zeros((3, 0), dtype=bool)
+        # one byte per byte of the block, reused from block to block (fresh pages for every
+        # block cost more than the scan): brace candidates, then string quotes, then controls
+        self._scratch = np.zeros(0, dtype=np.uint8)
 
     def split_in_place(self, buf: bytearray, n: int) -> tuple[int, int] | None:
         """Rewrite the whole events at the front of `buf[:n]` as NDJSON, args lifted.
@@ -66,11 +67,13 @@ class StructuralSplitter:
         if self.ended or n == 0:
             return None
         arr = np.frombuffer(buf, dtype=np.uint8, count=n)
-        if self._masks.shape[1] < n:
-            self._masks = np.zeros((3, max(n, 2 * self._masks.shape[1])), dtype=bool)
-        quotes, mask, other = self._masks[0, :n], self._masks[1, :n], self._masks[2, :n]
+        if self._scratch.size < n:
+            self._scratch = np.zeros(max(n, 2 * self._scratch.size), dtype=np.uint8)
+        scratch = self._scratch[:n]
+        candidates = _brace_candidates(arr, scratch)
+        quotes = scratch.view(bool)
         string_quotes(arr, quotes)
-        braces, depth = _braces(arr, quotes, mask, other)
+        braces, depth = _braces(candidates, quotes, arr)
         starts, ends = _events(arr, braces, depth)
         count, self.ended = _check_gaps(arr, starts, ends)
         if count == 0:
@@ -79,7 +82,7 @@ class StructuralSplitter:
         last = int(ends[-1])
         out = arr[: last + 1]
         out[: starts[0]] = _SPACE  # blanks and the comma before the first event
-        control = mask[: last + 1]
+        control = quotes[: last + 1]
         np.less(out, _SPACE, out=control)
         out[np.flatnonzero(control)] = _SPACE  # control bytes can only be blanks here
         _blank_gaps(out, starts, ends)
@@ -131,17 +134,24 @@ def pairs(arr: Bytes, pair: bytes) -> Positions:
     return np.sort(np.concatenate(hits)) if hits else np.zeros(0, np.int64)
 
 
-def _braces(arr: Bytes, quotes: Mask, opens: Mask, closes: Mask) -> tuple[Positions, Positions]:
+def _brace_candidates(arr: Bytes, scratch: Bytes) -> Positions:
+    """Positions of every `{` and `}` in `arr`, in strings or not (`scratch`: work space).
+
+    `{` and `}` are 0x7B and 0x7D: less 0x7B, they are the bytes 0 and 2 (bit 1 aside).
+    """
+    np.subtract(arr, _OPEN, out=scratch)
+    np.bitwise_and(scratch, 0xFD, out=scratch)
+    return np.flatnonzero(np.equal(scratch, 0, out=scratch.view(bool)))
+
+
+def _braces(candidates: Positions, quotes: Mask, arr: Bytes) -> tuple[Positions, Positions]:
     """The braces outside strings, and the depth after each (0 between the array's events).
 
     `quotes` marks the string quotes (`string_quotes`). A brace is inside a string when an
     odd number of quotes precede it: the parity of the quotes between consecutive braces is
     an XOR over each stretch (one pass, no positions of quotes), accumulated over the
-    stretches. `opens` and `closes` are scratch space.
+    stretches.
     """
-    np.equal(arr, _OPEN, out=opens)
-    np.equal(arr, _CLOSE, out=closes)
-    candidates = np.flatnonzero(np.logical_or(opens, closes, out=closes))
     if candidates.size == 0:
         return candidates, candidates
     # the stretch before the first brace starts at 0 (an empty one if the brace is at 0:
@@ -150,7 +160,7 @@ def _braces(arr: Bytes, quotes: Mask, opens: Mask, closes: Mask) -> tuple[Positi
     parity = np.bitwise_xor.reduceat(quotes.view(np.uint8), stretches)
     outside = np.bitwise_xor.accumulate(parity)[:-1] == 0
     braces = candidates[outside]
-    step = opens[braces].astype(np.int64) * 2 - 1
+    step = (arr[braces] == _OPEN).astype(np.int64) * 2 - 1
     return braces, np.cumsum(step)
 
 

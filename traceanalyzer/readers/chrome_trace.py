@@ -575,6 +575,8 @@ def _malformed(ndjson: bytes, offset: int, path: Path, exc: Exception) -> TraceF
                 why = str(bad)
                 break
         at += len(line) + 1
+    else:  # every line is JSON to orjson: name the block and the parser's complaint
+        at, line, why = 0, ndjson, str(exc)
     more = at + len(line) < len(ndjson)
     where = f"the event at byte {offset + at} of the JSON"
     if "Depth" in str(exc) or "ecursion" in why:

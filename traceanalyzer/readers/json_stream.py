@@ -5,9 +5,10 @@ Part of the Chrome-trace reader. Kineto's own indented layout has a faster split
 single-line `json.dump` output, CRLF line ends, other tools' indentation, keys in any order.
 
 Over a block of bytes that starts between two events (outside any string, at the array's own
-level), it finds the quotes that open or close strings (a quote after an odd run of
-backslashes is escaped), keeps the braces outside strings and counts their depth: an event
-is a brace that opens at depth 0 up to the brace that brings the depth back to 0. Each whole
+level), it marks the quotes that open or close strings (a quote after an odd run of
+backslashes is escaped), keeps the braces outside strings (an even number of quotes before
+them) and counts their depth: an event is a brace that opens at depth 0 up to the brace that
+brings the depth back to 0. Each whole
 event is then rewritten onto a line of its own, in place and keeping the length: control
 bytes (newlines, CR, tabs), which JSON allows only outside strings, turn to spaces; the comma
 between two events turns to a space and the byte after an event's closing brace to a newline.
@@ -85,7 +86,7 @@ class StructuralSplitter:
         control = quotes[: last + 1]
         np.less(out, _SPACE, out=control)
         out[np.flatnonzero(control)] = _SPACE  # control bytes can only be blanks here
-        _blank_gaps(out, starts, ends)
+        _blank_gaps(out, ends)
         self.exact = needs_exact_timestamps(buf, last + 1)
         if self.exact:
             exact_timestamps(out)
@@ -234,18 +235,19 @@ def _bad_gaps(arr: Bytes, lo: Positions, hi: Positions) -> Positions:
     return np.flatnonzero(bad)
 
 
-def _blank_gaps(out: Bytes, starts: Positions, ends: Positions) -> None:
+def _blank_gaps(out: Bytes, ends: Positions) -> None:
     """Blank the comma between consecutive events and end each event's line after its `}`.
 
     The gaps hold only blanks (already spaces) and one comma each (`_check_gaps`).
     """
     if ends.size < 2:
         return
-    lo, hi = ends[:-1] + 1, starts[1:]
-    width = hi - lo
-    for j in range(int(width.max())):
-        at = lo[width > j] + j
-        out[at[out[at] == _COMMA]] = _SPACE
+    lo = ends[:-1] + 1
+    at = lo
+    while at.size:  # most layouts write the comma right after the brace: one step
+        comma = out[at] == _COMMA
+        out[at[comma]] = _SPACE
+        at = at[~comma] + 1
     out[lo] = _NEWLINE
 
 

@@ -264,6 +264,14 @@ def test_truncated_trace_keeps_whole_events(tmp_path: Path) -> None:
         (b"hello world", UnsupportedTraceError, "none of the formats"),
         (b'{"foo": 1, "bar": [1, 2]}', TraceFormatError, "no traceEvents"),
         (b'{"foo": 1, "bar": [1, 2', TraceFormatError, "not valid JSON"),
+        (b'{"traceEvents": {"ph": "X"}}', TraceFormatError, "traceEvents is not a list"),
+        (b'{"traceEvents": ', TraceFormatError, "cut off"),
+        (
+            b'{"traceEvents": [{"ph": "X"}, 7, {"ph": "X"}]}',
+            TraceFormatError,
+            "not an array of event objects",
+        ),
+        (b'\xef\xbb\xbf{"foo": 1}', TraceFormatError, "no traceEvents"),
         (b"SQLite format 3\x00" + b"\x00" * 100, TraceFormatError, "not a readable SQLite"),
     ],
 )
@@ -321,7 +329,7 @@ def test_input_is_never_modified(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json"]
 
 
-def test_misleading_separator_falls_back_to_the_exact_scanner(tmp_path: Path) -> None:
+def test_misleading_separator_falls_back_to_the_structural_splitter(tmp_path: Path) -> None:
     """An array of objects printed at the events' own indentation looks like a separator."""
     data = kineto_bytes(EVENTS)
     nested = (
@@ -555,3 +563,65 @@ def test_rank_folder_names_every_file_it_cannot_read(tmp_path: Path) -> None:
     assert [r["rank"] for r in rep.ranks] == [0, 1]
     quality = [f for f in rep.findings if f.rule == "TA012" and "could not be read" in f.message]
     assert quality and quality[0].severity.value == "warning"
+
+
+def _deep() -> dict[str, object]:
+    ev = cpu_op(130.0, 1.0, "deep")
+    ev["args"] = {"x": "DEEP"}
+    return ev
+
+
+@pytest.mark.parametrize("layout", ["kineto", "compact"])
+@pytest.mark.parametrize("pair", ["{}", "[]"])
+def test_args_nested_very_deep_are_one_clear_error(tmp_path: Path, layout: str, pair: str) -> None:
+    from click.testing import CliRunner
+
+    from traceanalyzer.cli import cli
+
+    opener = '{"a": ' if pair == "{}" else "["
+    deep = (opener * 100_000 + "1" + pair[1] * 100_000).encode()
+    data = kineto_bytes([*EVENTS, _deep(), *EVENTS], layout=layout)
+    path = tmp_path / "deep.json"
+    path.write_bytes(data.replace(b'"DEEP"', deep))
+    with pytest.raises(TraceFormatError, match="nests objects or lists too deeply"):
+        read(path)
+    result = CliRunner().invoke(cli, ["report", str(path), "--format", "json"])
+    assert result.exit_code == 2
+    assert "error:" in result.output and "Traceback" not in result.output
+    cut = tmp_path / "cut.json"  # cut off inside the deep value: the events before it stay
+    cut.write_bytes(path.read_bytes()[: data.index(b'"DEEP"') + 50_000])
+    tl = read(cut)
+    assert tl.meta.quality.truncated
+    assert tl.events.height == len(EVENTS)
+
+
+@pytest.mark.parametrize("layout", ["compact", "crlf"])
+def test_truncated_trace_of_another_layout_keeps_whole_events(tmp_path: Path, layout: str) -> None:
+    data = kineto_bytes(EVENTS, layout="compact" if layout == "compact" else "kineto")
+    data = data.replace(b"\n", b"\r\n") if layout == "crlf" else data
+    path = tmp_path / "cut.json"
+    path.write_bytes(data[: data.index(b'"other_stream"') + 5])
+    tl = read(path)
+    assert tl.meta.quality.truncated
+    assert tl.events.height == len(EVENTS) - 1
+
+
+def test_utf8_and_utf16_byte_order_marks_are_read(tmp_path: Path) -> None:
+    import codecs
+
+    from traceanalyzer.readers import detect
+
+    data = kineto_bytes(EVENTS)
+    plain = _events(write_trace(tmp_path / "plain.json", EVENTS))
+    for name, encoded in {
+        "bom8.json": codecs.BOM_UTF8 + data,
+        "le.json": codecs.BOM_UTF16_LE + data.decode().encode("utf-16-le"),
+        "be.json.gz": gzip.compress(codecs.BOM_UTF16_BE + data.decode().encode("utf-16-be")),
+    }.items():
+        path = tmp_path / name
+        path.write_bytes(encoded)
+        assert detect(path).name == "chrome", name
+        assert _events(path).equals(plain), name
+    odd = tmp_path / "odd.json"  # UTF-16 cut off after half a code unit
+    odd.write_bytes(codecs.BOM_UTF16_LE + data.decode().encode("utf-16-le")[:-1])
+    assert read(odd).meta.quality.truncated

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import zlib
 from pathlib import Path
 from typing import Protocol
@@ -10,6 +11,9 @@ from traceanalyzer.errors import TraceFormatError
 from traceanalyzer.model import Timeline
 
 GZIP_MAGIC = b"\x1f\x8b"
+UTF8_BOM = codecs.BOM_UTF8
+#: Byte-order marks of UTF-16 text (little- and big-endian), transcoded to UTF-8 as read.
+UTF16_BOMS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
@@ -40,12 +44,14 @@ def head_bytes(path: Path, n: int = 4096) -> bytes:
 
 
 class ByteSource:
-    """The decompressed content of a file, read into the caller's buffers.
+    """The decompressed content of a file as UTF-8, read into the caller's buffers.
 
     Plain files are read straight into the buffer (no intermediate copies); gzip, recognised
     by its magic bytes whatever the suffix, is decompressed as it goes. A gzip stream that is
     cut off ends the data instead of raising and sets `truncated`: Kineto traces are sometimes
-    left unfinished, and the events before the cut are still worth reading.
+    left unfinished, and the events before the cut are still worth reading. A UTF-8
+    byte-order mark is skipped; UTF-16 text (told by its byte-order mark, as some Windows
+    tools write JSON) is transcoded to UTF-8 as it is read.
     """
 
     def __init__(self, path: Path) -> None:
@@ -65,6 +71,16 @@ class ByteSource:
         self._member_done = False  # True right after a gzip member ended
         self._pending = b""  # decompressed bytes not yet handed out
         self._raw_eof = False
+        lead = bytearray(3)
+        got = self._read_raw(memoryview(lead))
+        self._text: codecs.IncrementalDecoder | None = None
+        self._lead = bytes(lead[:got])  # read ahead, handed out first
+        if self._lead.startswith(UTF8_BOM):
+            self._lead = b""
+        elif self._lead[:2] in UTF16_BOMS:
+            self._text = codecs.getincrementaldecoder("utf-16")("replace")
+            self._lead = self._transcode(self._lead, final=False)
+        self._converted = b""  # transcoded bytes not yet handed out
 
     def __enter__(self) -> ByteSource:
         return self
@@ -74,6 +90,38 @@ class ByteSource:
 
     def readinto(self, buf: memoryview) -> int:
         """Fill `buf` (fully unless the data ends); return the number of bytes, 0 at the end."""
+        total = 0
+        if self._lead:
+            take = min(len(buf), len(self._lead))
+            buf[:take] = self._lead[:take]
+            self._lead = self._lead[take:]
+            total = take
+        if self._text is None:
+            return total + self._read_raw(buf[total:])
+        while total < len(buf):
+            if not self._converted:
+                chunk = bytearray(1 << 20)
+                got = self._read_raw(memoryview(chunk))
+                self._converted = self._transcode(bytes(chunk[:got]), final=got == 0)
+                if not self._converted:
+                    break
+            take = min(len(buf) - total, len(self._converted))
+            buf[total : total + take] = self._converted[:take]
+            self._converted = self._converted[take:]
+            total += take
+        return total
+
+    def _transcode(self, raw: bytes, final: bool) -> bytes:
+        """UTF-16 bytes -> UTF-8 (a code unit cut at a chunk's end waits for the next)."""
+        assert self._text is not None
+        try:
+            return self._text.decode(raw, final=final).encode("utf-8", "replace")
+        except UnicodeDecodeError:  # an odd byte at the very end: the file is cut off
+            self.truncated = True
+            return b""
+
+    def _read_raw(self, buf: memoryview) -> int:
+        """Fill `buf` with the file's (decompressed) bytes; return how many, 0 at the end."""
         if not self.gzip:
             total = 0
             while total < len(buf):

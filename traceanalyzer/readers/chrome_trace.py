@@ -12,10 +12,13 @@ it to polars' NDJSON reader with an explicit schema that names only the fields t
 needs; everything else in the event is skipped by the parser. Memory stays at about one
 block plus the columnar result.
 
-Whatever the fast path cannot split (compact JSON, odd indentation, the last event, a
-truncated tail) is parsed with the standard library's JSON scanner, one event at a time,
-so every valid trace reads the same way, only slower. A file cut off mid-event keeps the
-events that are whole, and the timeline says it was truncated.
+Every other layout (minified single-line JSON, CRLF line ends, other tools' indentation,
+keys in any order, a byte-order mark, UTF-16) goes through a structural splitter
+(`json_stream`) that finds the events from string quotes and brace depths, rewrites them
+onto lines of their own the same way and feeds the same parser, in the same bounded memory.
+Only what follows the last whole event (the array's end and the keys after it, or a
+truncated tail) is parsed with the standard library's JSON scanner. A file cut off
+mid-event keeps the events that are whole, and the timeline says it was truncated.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from traceanalyzer.model import (
 from traceanalyzer.readers.base import ByteSource, head_bytes
 from traceanalyzer.readers.device_match import match_devices
 from traceanalyzer.readers.json_scan import EventSplitter, exact_text, needs_exact_timestamps
+from traceanalyzer.readers.json_stream import LayoutError, StructuralSplitter
 
 #: Bytes read per block. Peak memory is a few blocks plus the parsed columns.
 BLOCK_BYTES = 16 << 20
@@ -256,7 +260,7 @@ def _shows_more(raw: pl.DataFrame, parsed: _Parsed) -> bool:
     return any(seen.values())
 
 
-_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*')
 _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 _WS = b" \t\r\n"
 
@@ -387,6 +391,7 @@ class _Window:
         self.data = bytearray(2 * BLOCK_BYTES)
         self.n = 0
         self.eof = False
+        self.offset = 0  # where `data` starts in the (decompressed) file
 
     def fill(self) -> None:
         """Read up to one more block after the valid bytes."""
@@ -401,6 +406,7 @@ class _Window:
         """Forget the first `k` valid bytes (the rest moves to the front)."""
         self.data[: self.n - k] = self.data[k : self.n]
         self.n -= k
+        self.offset += k
 
     def take(self, k: int) -> bytes:
         """A copy of the first `k` bytes."""
@@ -418,14 +424,14 @@ class _SplitMismatch(Exception):
 def read_file(path: Path) -> _Parsed:
     """Parse one Chrome-trace file into normalised event frames (rank not yet set)."""
     try:
-        return _read_file(path, fast=True)
+        return _read_file(path, kineto=True)
     except _SplitMismatch:
         # an array of objects nested at the events' own indentation: rare enough that
-        # reading the whole file again with the exact scanner is the simple, safe answer
-        return _read_file(path, fast=False)
+        # reading the file again with the structural splitter is the simple, safe answer
+        return _read_file(path, kineto=False)
 
 
-def _read_file(path: Path, fast: bool) -> _Parsed:
+def _read_file(path: Path, kineto: bool) -> _Parsed:
     if not path.exists():
         raise TraceFormatError("no such file or folder", path=path, hint="check the path")
     with ByteSource(path) as source:
@@ -449,21 +455,30 @@ def _read_file(path: Path, fast: bool) -> _Parsed:
             start, header = lead.start() + 1, b""
         else:
             match = _EVENTS_KEY.search(win.data, 0, win.n)
-            while match is None and not win.eof and win.n < MAX_HEADER_BYTES:
+            while (match is None or match.end() == win.n) and not win.eof:
+                if win.n >= MAX_HEADER_BYTES:
+                    break
                 win.fill()
                 match = _EVENTS_KEY.search(win.data, 0, win.n)
             if match is None:
                 _raise_no_events(path, win.take(win.n), win.eof)
             assert match is not None
-            start, header = match.end(), win.take(match.start())
+            if match.end() == win.n or win.data[match.end()] != ord("["):
+                end = min(match.end() + 1, win.n)
+                found = bytes(win.data[match.end() : end]).decode("latin-1")
+                raise TraceFormatError(
+                    f"traceEvents is not a list (it starts with {found!r}, not '[')"
+                    if found
+                    else "traceEvents holds no value: the file is cut off",
+                    path=path,
+                    hint="a Chrome trace holds its events in a JSON array: "
+                    '"traceEvents": [{...}, ...]',
+                )
+            start, header = match.end() + 1, win.take(match.start())
         meta = _parse_header(header)
         parsed = _Parsed(path=path, header=meta, comm="distributedInfo" in meta)
         win.drop(start)
-        if fast:
-            _read_events(win, parsed)
-        else:
-            while not win.eof:
-                win.fill()
+        _read_events(win, parsed, kineto)
         _parse_tail(win.take(win.n), parsed)
         if source.truncated and not parsed.truncated:
             parsed.truncated = True
@@ -471,23 +486,45 @@ def _read_file(path: Path, fast: bool) -> _Parsed:
     return parsed
 
 
-def _read_events(win: _Window, parsed: _Parsed) -> None:
-    """Turn every whole event into frames; leave what follows the last separator in `win`.
+def _read_events(win: _Window, parsed: _Parsed, kineto: bool) -> None:
+    """Turn every whole event into frames; leave what follows the last one in `win`.
+
+    Kineto's layout is split at its separators (`kineto`: try that first); a file that shows
+    none in its first block, and the last events of one that does, go through the
+    structural splitter, which reads any layout.
 
     Three stages overlap: the main thread reads and splits block N+2 (numpy and I/O, which
     release the GIL), a worker parses block N+1 (polars) and another normalises block N,
     so parsing, the longest stage, never waits for normalisation. Frames keep file order.
     """
-    splitter = EventSplitter()
+    splitter: EventSplitter | StructuralSplitter = (
+        EventSplitter() if kineto else StructuralSplitter()
+    )
     parsing: deque[Future[Future[_Frame]]] = deque()
     normalising: deque[Future[_Frame]] = deque()
     with ThreadPoolExecutor(max_workers=1) as parse, ThreadPoolExecutor(max_workers=1) as norm:
         while True:
-            cut = splitter.split_in_place(win.data, win.n)
+            try:
+                cut = splitter.split_in_place(win.data, win.n)
+            except LayoutError as exc:
+                raise TraceFormatError(
+                    f"traceEvents is not an array of event objects: {exc.found!r} sits "
+                    f"between two events (byte {win.offset + exc.offset} of the JSON)",
+                    path=parsed.path,
+                    hint="the file is damaged or not a trace; re-export it from torch.profiler",
+                ) from None
+            if (
+                cut is None
+                and isinstance(splitter, EventSplitter)
+                and (splitter.separator is None or win.eof)  # not Kineto's layout, or its end
+            ):
+                splitter = StructuralSplitter()
+                continue
             if cut is not None:
                 end, rest = cut
                 block = win.take(end)
-                parsing.append(parse.submit(_parse_block, block, parsed, norm, splitter.exact))
+                task = (block, parsed, norm, splitter.exact, isinstance(splitter, EventSplitter))
+                parsing.append(parse.submit(_parse_block, *task, win.offset))
                 win.drop(rest)
                 while len(parsing) > 1:  # at most one block waits: memory stays bounded
                     normalising.append(parsing.popleft().result())
@@ -507,14 +544,52 @@ _Frame = tuple[pl.DataFrame | None, Counter[str]]
 
 
 def _parse_block(
-    ndjson: bytes, parsed: _Parsed, norm: ThreadPoolExecutor, exact: bool
+    ndjson: bytes,
+    parsed: _Parsed,
+    norm: ThreadPoolExecutor,
+    exact: bool,
+    kineto: bool,
+    offset: int,
 ) -> Future[_Frame]:
-    """Parse one block of NDJSON events and hand it to `norm` to normalise (on a worker)."""
+    """Parse one block of NDJSON events and hand it to `norm` to normalise (on a worker).
+
+    A line the parser refuses means, after Kineto's splitter, a separator that was not one;
+    after the structural splitter, a malformed event (`offset`: where the block starts)."""
     try:
         raw = _parse_ndjson(ndjson, parsed, exact)
     except pl.exceptions.ComputeError as exc:
-        raise _SplitMismatch from exc
+        if kineto:
+            raise _SplitMismatch from exc
+        raise _malformed(ndjson, offset, parsed.path, exc) from None
     return norm.submit(_normalise, raw)
+
+
+def _malformed(ndjson: bytes, offset: int, path: Path, exc: Exception) -> TraceFormatError:
+    """The error for a block of whole events that holds one the parser refuses."""
+    at, line, why = 0, b"", ""
+    for line in ndjson.split(b"\n"):  # the error path only: find the event to name it
+        if line.strip():
+            try:
+                orjson.loads(line)
+            except orjson.JSONDecodeError as bad:
+                why = str(bad)
+                break
+        at += len(line) + 1
+    else:  # every line is JSON to orjson: name the block and the parser's complaint
+        at, line, why = 0, ndjson, str(exc)
+    more = at + len(line) < len(ndjson)
+    where = f"the event at byte {offset + at} of the JSON"
+    if "Depth" in str(exc) or "ecursion" in why:
+        return TraceFormatError(
+            f"{where} nests objects or lists too deeply to be read",
+            path=path,
+            hint="the trace's producer wrote a runaway nested value; remove that event",
+        )
+    return TraceFormatError(
+        f"not valid JSON: {where} is malformed" + (" and more events follow it" if more else ""),
+        path=path,
+        hint="the file is damaged; copy it again from its source or re-export the trace",
+    )
 
 
 def _keep(result: _Frame, parsed: _Parsed) -> None:
@@ -581,7 +656,7 @@ def _scan_events(text: str) -> tuple[list[Any], int, int]:
             return events, i + 1, -1
         try:
             obj, i = decoder.raw_decode(text, i)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # cut off, or nested very deep
             return events, -1, i
         events.append(obj)
 

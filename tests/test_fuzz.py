@@ -150,7 +150,11 @@ def chrome_files(draw: st.DrawFn) -> bytes:
         data = json.dumps({**header, "traceEvents": {"0": evs[:1]}}).encode()
     else:
         data = json.dumps(header).encode()
-    damage = draw(st.sampled_from(["none", "none", "none", "truncate", "bytes", "bom", "crlf"]))
+    damage = draw(
+        st.sampled_from(
+            ["none", "none", "none", "truncate", "bytes", "bom", "crlf", "utf16", "deep"]
+        )
+    )
     if damage == "truncate" and data:
         data = data[: draw(st.integers(0, len(data) - 1))]
     elif damage == "bytes" and data:
@@ -160,6 +164,17 @@ def chrome_files(draw: st.DrawFn) -> bytes:
         data = b"\xef\xbb\xbf" + data
     elif damage == "crlf":
         data = data.replace(b"\n", b"\r\n")
+    elif damage == "utf16":
+        data = data.decode("utf-8", "replace").encode(
+            draw(st.sampled_from(["utf-16", "utf-16-be"]))
+        )
+        if not data.startswith((b"\xff\xfe", b"\xfe\xff")):
+            data = b"\xfe\xff" + data
+    elif damage == "deep":  # an args value nested far deeper than any parser recurses
+        depth = draw(st.sampled_from([1_000, 100_000]))
+        deep = b'{"ph":"X","cat":"cpu_op","name":"d","pid":1,"tid":1,"ts":5,"dur":1,"args":'
+        deep += b'{"a":' * depth + b"1" + b"}" * depth + b"}"
+        data = b'{"traceEvents":[' + deep + b"]}"
     if draw(st.integers(0, 4)) == 0:
         data = gzip.compress(data)
         if draw(st.booleans()):

@@ -31,6 +31,7 @@ from traceanalyzer.analyses.spans import finding_spans
 from traceanalyzer.config import Settings
 from traceanalyzer.errors import ReportWriteError, TraceFormatError
 from traceanalyzer.model import Timeline
+from traceanalyzer.readers.base import UTF8_BOM, UTF16_BOMS
 from traceanalyzer.render.base import current_umask, output_target
 from traceanalyzer.report import Report
 from traceanalyzer.rules.base import Finding
@@ -136,6 +137,10 @@ def _chrome_doc(src: Path) -> Any:
     data = src.read_bytes()
     if data[:2] == b"\x1f\x8b":  # gzip by its magic bytes, whatever the suffix
         data = gzip.decompress(data)
+    if data.startswith(UTF8_BOM):  # read as the reader reads it (readers/base.ByteSource)
+        data = data[len(UTF8_BOM) :]
+    elif data[:2] in UTF16_BOMS:
+        data = data.decode("utf-16", "replace").encode("utf-8")
     try:
         doc = orjson.loads(data)
     except orjson.JSONDecodeError as exc:

@@ -181,3 +181,15 @@ def test_nsys_host_processes_and_threads_are_named(tmp_path: Path) -> None:
     named = {(e["pid"], e["tid"]) for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
     procs = {e["pid"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
     assert host and host <= named and {p for p, _t in host} <= procs
+
+
+@pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16"])
+def test_bom_and_utf16_traces_annotate(tmp_path: Path, encoding: str) -> None:
+    plain = write_trace(tmp_path / "plain.json", EVENTS)
+    src = tmp_path / f"{encoding}.json"
+    src.write_bytes(plain.read_text(encoding="utf-8").encode(encoding))
+    out = tmp_path / "a.json.gz"
+    result = CliRunner().invoke(cli, ["annotate", str(src), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    original = json.loads(plain.read_bytes())["traceEvents"]
+    assert _events(out)[: len(original)] == original

@@ -930,6 +930,13 @@ def _to_timeline(part: _Parsed, rank: int, rank_source: str, source_path: str) -
     )
     events = events.with_columns(domain=pl.lit(None, pl.Categorical))
     events = events.select(EVENT_SCHEMA.names()).cast(dict(EVENT_SCHEMA))  # type: ignore[arg-type]
+    unplaced = pl.col("kind").is_in([k.value for k in GPU_KINDS]) & (
+        pl.col("device").is_null() | pl.col("stream").is_null()
+    )
+    lost = int(events.select(unplaced.sum()).item())
+    if lost:  # a GPU event with neither a device/stream nor a numeric pid/tid to stand in
+        part.dropped["GPU event with no device or stream"] += lost
+        events = events.filter(~unplaced)
     events, twice = _without_duplicates(events)
     if twice:
         part.dropped[_DUPLICATE] += twice

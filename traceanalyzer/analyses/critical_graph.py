@@ -1,7 +1,9 @@
 """Critical-path graph: the node and edge tables of each step's dependency graph.
 
 Analyses stage; `critical_path.py` runs the longest path over these tables. Everything here
-is polars: one table of edges for every step at once, handed to networkx step by step.
+is polars: one table of edges for every step at once, handed to networkx step by step. This
+module makes the nodes (see `NodeIds`) and the step windows; `critical_edges` makes the
+edges of each role and marks the binding ones; `critical_path` solves.
 
 Nodes are points in time: the start and end of each GPU operation, the points of each host
 thread that something depends on (launch calls, sync calls, the thread's first and last
@@ -44,37 +46,15 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceanalyzer.analyses.classify import comm_collective, kernel_class, with_launching_op
+from traceanalyzer.analyses.critical_edges import (
+    EDGE_KIND,
+    bind,
+    frame_edges,
+    gpu_edges,
+    host_edges,
+)
 from traceanalyzer.analyses.operators import collective_launches
 from traceanalyzer.model import Kind, Timeline
-
-#: Kinds an edge's time is charged to (`gpu_*` make up gpu_compute; `cpu_launch` is cpu).
-EDGE_KINDS: tuple[str, ...] = (
-    "gpu_gemm",
-    "gpu_memory_bound",
-    "gpu_copy_cast",
-    "gpu_other",
-    "comm",
-    "copy",
-    "cpu",
-    "cpu_launch",
-    "sync_wait",
-    "idle",
-)
-EDGE_KIND = pl.Enum(list(EDGE_KINDS))
-ROLES: tuple[str, ...] = (
-    "op",
-    "stream",
-    "launch",
-    "thread",
-    "wait",
-    "xstream",
-    "arrive",
-    "collective",
-    "source",
-    "sink",
-    "job",
-)
-ROLE = pl.Enum(list(ROLES))
 
 #: A GPU operation that started within this long after work on another stream of its device
 #: ended, and later than its stream and launch explain, is taken to have waited for it.
@@ -84,7 +64,6 @@ _HOST_KINDS = [k.value for k in (Kind.RUNTIME, Kind.DRIVER, Kind.CPU_OP, Kind.PY
     Kind.ANNOTATION.value
 ]
 _THREAD = ["rank", "pid", "tid"]
-_EDGE_COLS = ["step", "u", "v", "owner", "role", "work_ns", "work_kind", "gap_ns", "slack_kind"]
 
 
 class NodeIds:
@@ -263,30 +242,6 @@ def step_windows(
     )
 
 
-def _edges(frame: pl.DataFrame | pl.LazyFrame, **cols: pl.Expr) -> pl.LazyFrame:
-    """Select the edge columns (`cols` maps each edge column to an expression)."""
-    exprs = [cols[c].alias(c) for c in _EDGE_COLS]
-    return (
-        frame.lazy()
-        .select(exprs)
-        .with_columns(
-            pl.col("work_kind").cast(EDGE_KIND),
-            pl.col("slack_kind").cast(EDGE_KIND),
-            pl.col("role").cast(ROLE),
-            pl.col("owner").cast(pl.Int32),
-            pl.col("step").cast(pl.Int64),
-            pl.col("u").cast(pl.Int64),
-            pl.col("v").cast(pl.Int64),
-            pl.col("work_ns").cast(pl.Int64),
-            pl.col("gap_ns").cast(pl.Int64),
-        )
-    )
-
-
-def _lit(value: str) -> pl.Expr:
-    return pl.lit(value)
-
-
 def build_tables(
     timeline: Timeline,
     markers: pl.DataFrame,
@@ -434,363 +389,16 @@ def build_tables(
 
     edges = pl.concat(
         [
-            *_gpu_edges(ops, coll, stream_key, cross_stream_max_ns),
-            *_host_edges(points, launched, sync_calls, ops),
-            *_frame_edges(ops, points, off, jobs, stream_key),
+            *gpu_edges(ops, coll, stream_key, cross_stream_max_ns),
+            *host_edges(points, launched, sync_calls, ops),
+            *frame_edges(ops, points, off, jobs, stream_key),
         ]
     ).collect()
     return GraphTables(
         windows=wins.select(
             "step", "rank", "name", "start_ns", "end_ns", "offset_ns", "source", "sink"
         ),
-        edges=_bind(edges),
+        edges=bind(edges),
         jobs=jobs,
         node_count=node_count,
-    )
-
-
-def _gpu_edges(
-    ops: pl.DataFrame,
-    coll: pl.DataFrame,
-    stream_key: list[str],
-    cross_stream_max_ns: int,
-) -> list[pl.LazyFrame]:
-    """op, stream, xstream, arrive and collective edges."""
-    dur = pl.col("end_ns") - pl.col("start_ns")
-    matched = coll.select("i", "d_min")
-    op_rows = ops.join(matched, on="i", how="left")
-    op = _edges(
-        op_rows,
-        step=pl.col("step"),
-        u=pl.col("start_node"),
-        v=pl.col("end_node"),
-        owner=pl.col("rank"),
-        role=_lit("op"),
-        work_ns=pl.coalesce("d_min", dur),
-        work_kind=pl.col("work_kind"),
-        gap_ns=dur,
-        slack_kind=pl.when(pl.col("work_kind") == "comm")
-        .then(_lit("comm"))
-        .otherwise(_lit("idle")),
-    )
-    prev = ops.with_columns(
-        pb=pl.col("end_node").shift(1).over(stream_key),
-        pe=pl.col("end_ns").shift(1).over(stream_key),
-    ).filter(pl.col("pb").is_not_null())
-    stream = _edges(
-        prev,
-        step=pl.col("step"),
-        u=pl.col("pb"),
-        v=pl.col("start_node"),
-        owner=pl.col("rank"),
-        role=_lit("stream"),
-        work_ns=pl.lit(0),
-        work_kind=_lit("idle"),
-        gap_ns=pl.col("start_ns") - pl.col("pe"),
-        slack_kind=_lit("idle"),
-    )
-    # cross-stream waits: the latest end on another stream of the device before the start,
-    # when it explains the start better than the stream order and the launch do
-    known = pl.max_horizontal(
-        pl.col("w_start"),
-        pl.col("pe"),
-        pl.col("launch_end_ns").clip(upper_bound=pl.col("start_ns")),
-    )
-    ends = ops.select(
-        "rank", "step", "device", o_stream="stream", o_end="end_ns", o_b="end_node"
-    ).sort("o_end")
-    late = (
-        ops.with_columns(pe=pl.col("end_ns").shift(1).over(stream_key))
-        .filter(pl.col("start_ns") > known)
-        .sort("start_ns")
-        .join_asof(
-            ends,
-            left_on="start_ns",
-            right_on="o_end",
-            by=["rank", "step", "device"],
-            strategy="backward",
-            tolerance=cross_stream_max_ns,
-            check_sortedness=False,
-        )
-        .filter(
-            pl.col("o_b").is_not_null()
-            & (pl.col("o_stream") != pl.col("stream"))
-            & (pl.col("o_end") > known)
-        )
-    )
-    xstream = _edges(
-        late,
-        step=pl.col("step"),
-        u=pl.col("o_b"),
-        v=pl.col("start_node"),
-        owner=pl.col("rank"),
-        role=_lit("xstream"),
-        work_ns=pl.lit(0),
-        work_kind=_lit("idle"),
-        gap_ns=pl.col("start_ns") - pl.col("o_end"),
-        slack_kind=_lit("idle"),
-    )
-    arrive = _edges(
-        coll,
-        step=pl.col("step"),
-        u=pl.col("i").cast(pl.Int64) * 2,
-        v=pl.col("arrive"),
-        owner=pl.col("rank"),
-        role=_lit("arrive"),
-        work_ns=pl.lit(0),
-        work_kind=_lit("comm"),
-        gap_ns=pl.col("arrive_t") - pl.col("start_al"),
-        slack_kind=_lit("comm"),
-    )
-    collective = _edges(
-        coll,
-        step=pl.col("step"),
-        u=pl.col("arrive"),
-        v=pl.col("i").cast(pl.Int64) * 2 + 1,
-        owner=pl.col("rank"),
-        role=_lit("collective"),
-        work_ns=pl.col("d_min"),
-        work_kind=_lit("comm"),
-        gap_ns=pl.col("end_al") - pl.col("arrive_t"),
-        slack_kind=_lit("comm"),
-    )
-    return [op, stream, xstream, arrive, collective]
-
-
-def _host_edges(
-    points: pl.DataFrame,
-    launched: pl.DataFrame,
-    sync_calls: pl.DataFrame,
-    ops: pl.DataFrame,
-) -> list[pl.LazyFrame]:
-    """thread, launch and wait edges."""
-    pkey = ["rank", "step", "pid", "tid"]
-    seg = (
-        points.with_columns(
-            nt=pl.col("t").shift(-1).over(pkey), nn=pl.col("node").shift(-1).over(pkey)
-        )
-        .filter(pl.col("nn").is_not_null())
-        .sort("t")
-    )
-    # calls that start together on one thread (a runtime call and the driver call inside it)
-    # count as one, ending at the latest end: the as-of joins below then match one row per
-    # start, whatever order a parallel sort left ties in
-    calls_sorted = (
-        sync_calls.group_by(*pkey, s_start="start_ns")
-        .agg(s_end=pl.col("end_ns").max())
-        .sort("s_start")
-    )
-    launches = (
-        launched.group_by(*pkey, l_start="launch_at")
-        .agg(l_end=pl.col("launch_done").max())
-        .sort("l_start")
-    )
-    # the GPU work each sync call waited for: the latest end of the rank's GPU work that
-    # fell inside the call
-    waits = (
-        sync_calls.sort("end_ns")
-        .join_asof(
-            ops.select("rank", "step", g="end_ns", gb="end_node").sort("g", "gb"),
-            left_on="end_ns",
-            right_on="g",
-            by=["rank", "step"],
-            strategy="backward",
-            check_sortedness=False,
-        )
-        .filter(pl.col("g").is_not_null() & (pl.col("g") > pl.col("start_ns")))
-        .join(points, left_on=[*pkey, "end_ns"], right_on=[*pkey, "t"])
-    )
-    seg = (
-        seg.join_asof(
-            calls_sorted,
-            left_on="t",
-            right_on="s_start",
-            by=pkey,
-            strategy="backward",
-            check_sortedness=False,
-        )
-        .join_asof(
-            launches,
-            left_on="t",
-            right_on="l_start",
-            by=pkey,
-            strategy="backward",
-            check_sortedness=False,
-        )
-        .join(waits.select(*pkey, nt="end_ns", wg="g"), on=[*pkey, "nt"], how="left")
-    )
-    in_sync = pl.col("s_end").is_not_null() & (pl.col("s_end") >= pl.col("nt"))
-    in_launch = pl.col("l_end").is_not_null() & (pl.col("l_end") >= pl.col("nt"))
-    gap = pl.col("nt") - pl.col("t")
-    thread = _edges(
-        seg,
-        step=pl.col("step"),
-        u=pl.col("node"),
-        v=pl.col("nn"),
-        owner=pl.col("rank"),
-        role=_lit("thread"),
-        work_ns=pl.when(in_sync & pl.col("wg").is_not_null())
-        .then(pl.col("nt") - pl.max_horizontal("t", "wg"))
-        .otherwise(gap),
-        work_kind=pl.when(in_sync)
-        .then(_lit("sync_wait"))
-        .when(in_launch)
-        .then(_lit("cpu_launch"))
-        .otherwise(_lit("cpu")),
-        gap_ns=gap,
-        slack_kind=_lit("idle"),
-    )
-    lrows = launched.join(points, left_on=[*pkey, "launch_at"], right_on=[*pkey, "t"])
-    launch = _edges(
-        lrows,
-        step=pl.col("step"),
-        u=pl.col("node"),
-        v=pl.col("start_node"),
-        owner=pl.col("rank"),
-        role=_lit("launch"),
-        work_ns=pl.col("launch_done") - pl.col("launch_at"),
-        work_kind=_lit("cpu_launch"),
-        gap_ns=pl.col("start_ns") - pl.col("launch_at"),
-        slack_kind=_lit("idle"),
-    )
-    wait = _edges(
-        waits,
-        step=pl.col("step"),
-        u=pl.col("gb"),
-        v=pl.col("node"),
-        owner=pl.col("rank"),
-        role=_lit("wait"),
-        work_ns=pl.lit(0),
-        work_kind=_lit("sync_wait"),
-        gap_ns=pl.col("end_ns") - pl.col("g"),
-        slack_kind=_lit("sync_wait"),
-    )
-    return [thread, launch, wait]
-
-
-def _frame_edges(
-    ops: pl.DataFrame,
-    points: pl.DataFrame,
-    off: pl.DataFrame,
-    jobs: pl.DataFrame,
-    stream_key: list[str],
-) -> list[pl.LazyFrame]:
-    """source, sink and job edges."""
-    pkey = ["rank", "step", "pid", "tid"]
-    first_pts = (
-        points.group_by(pkey).agg(pl.all().sort_by("t").first()).join(off, on=["rank", "step"])
-    )
-    last_pts = (
-        points.group_by(pkey).agg(pl.all().sort_by("t").last()).join(off, on=["rank", "step"])
-    )
-    host_src = _edges(
-        first_pts,
-        step=pl.col("step"),
-        u=pl.col("source"),
-        v=pl.col("node"),
-        owner=pl.col("rank"),
-        role=_lit("source"),
-        work_ns=pl.col("t") - pl.col("w_start"),
-        work_kind=_lit("cpu"),
-        gap_ns=pl.col("t") - pl.col("w_start"),
-        slack_kind=_lit("idle"),
-    )
-    # GPU work whose stream predecessor or launch is not in the graph hangs off the source
-    orphan = (
-        ops.with_columns(first=pl.col("i") == pl.col("i").min().over(stream_key))
-        .filter(pl.col("first") | pl.col("launch_start_ns").is_null())
-        .join(off.select("rank", "step", "source"), on=["rank", "step"])
-    )
-    gpu_src = _edges(
-        orphan,
-        step=pl.col("step"),
-        u=pl.col("source"),
-        v=pl.col("start_node"),
-        owner=pl.col("rank"),
-        role=_lit("source"),
-        work_ns=pl.lit(0),
-        work_kind=_lit("idle"),
-        gap_ns=pl.col("start_ns") - pl.col("w_start"),
-        slack_kind=_lit("idle"),
-    )
-    last_ops = ops.filter(pl.col("end_ns") == pl.col("end_ns").max().over(stream_key)).join(
-        off.select("rank", "step", "sink"), on=["rank", "step"]
-    )
-    gpu_sink = _edges(
-        last_ops,
-        step=pl.col("step"),
-        u=pl.col("end_node"),
-        v=pl.col("sink"),
-        owner=pl.col("rank"),
-        role=_lit("sink"),
-        work_ns=pl.lit(0),
-        work_kind=_lit("idle"),
-        gap_ns=pl.col("w_end") - pl.col("end_ns"),
-        slack_kind=_lit("idle"),
-    )
-    host_sink = _edges(
-        last_pts,
-        step=pl.col("step"),
-        u=pl.col("node"),
-        v=pl.col("sink"),
-        owner=pl.col("rank"),
-        role=_lit("sink"),
-        work_ns=pl.lit(0),
-        work_kind=_lit("idle"),
-        gap_ns=pl.col("w_end") - pl.col("t"),
-        slack_kind=_lit("idle"),
-    )
-    aligned = (
-        off.join(jobs, on="step")
-        .with_columns(s_al=pl.col("w_start") + pl.col("offset_ns"))
-        .with_columns(s_min=pl.col("s_al").min().over("step"))
-    )
-    job = _edges(
-        aligned,
-        step=pl.col("step"),
-        u=pl.col("job"),
-        v=pl.col("source"),
-        owner=pl.col("rank"),
-        role=_lit("job"),
-        work_ns=pl.col("s_al") - pl.col("s_min"),
-        work_kind=_lit("idle"),
-        gap_ns=pl.col("s_al") - pl.col("s_min"),
-        slack_kind=_lit("idle"),
-    )
-    # a step with no host point and no GPU work still gets a path: source -> sink
-    empty = _edges(
-        off,
-        step=pl.col("step"),
-        u=pl.col("source"),
-        v=pl.col("sink"),
-        owner=pl.col("rank"),
-        role=_lit("sink"),
-        work_ns=pl.lit(0),
-        work_kind=_lit("idle"),
-        gap_ns=pl.col("w_end") - pl.col("w_start"),
-        slack_kind=_lit("idle"),
-    )
-    return [host_src, gpu_src, gpu_sink, host_sink, job, empty]
-
-
-def _bind(edges: pl.DataFrame) -> pl.DataFrame:
-    """Mark each node's binding incoming edge and give every edge its weight.
-
-    Binding: the least slack (`gap - work`), ties broken by role order then source node.
-    Weights are never negative: a gap below zero (clocks of host and device that disagree
-    by a little) counts as zero, so the path may come out a little longer than the step.
-    """
-    gap = pl.col("gap_ns").clip(lower_bound=0)
-    work = pl.col("work_ns").clip(lower_bound=0)
-    return (
-        edges.with_columns(slack=pl.col("gap_ns") - pl.col("work_ns"))
-        .sort("v", "slack", pl.col("role").to_physical(), "u")
-        .with_columns(binding=pl.int_range(pl.len()).over("v") == 0)
-        .with_columns(
-            weight_ns=pl.when(pl.col("binding")).then(gap).otherwise(pl.min_horizontal(work, gap))
-        )
-        .with_columns(work_part_ns=pl.min_horizontal(work, pl.col("weight_ns")))
-        .with_columns(slack_part_ns=pl.col("weight_ns") - pl.col("work_part_ns"))
-        .drop("slack")
-        .sort("step", "u", "v")
     )

@@ -37,9 +37,9 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from traceanalyzer.analyses.critical_edges import EDGE_KINDS
 from traceanalyzer.analyses.critical_graph import (
     CROSS_STREAM_MAX_NS,
-    EDGE_KINDS,
     GraphTables,
     build_tables,
 )

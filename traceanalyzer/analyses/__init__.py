@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import polars as pl
 
@@ -30,6 +32,46 @@ from traceanalyzer.model import Timeline
 DEFAULT_TOP_KERNELS = 10
 
 
+@dataclass(frozen=True, slots=True)
+class Windowed:
+    """What every analysis of the plan reads, computed once: the steady steps' markers, the
+    host syncs, the GPU work linked to its launches and steps, each device's steps and
+    window, the kernels inside the windows (classified), and the idle gaps."""
+
+    timeline: Timeline
+    markers: pl.LazyFrame
+    state: steady.SteadyState
+    syncs: pl.LazyFrame
+    linked: pl.DataFrame
+    work: pl.LazyFrame
+    steps: pl.DataFrame
+    wins: pl.DataFrame
+    kernels: pl.DataFrame
+    gaps: pl.DataFrame
+    has_comm: bool
+    launch_gap_max_ns: int
+
+
+#: The plan: the analyses that are independent polars plans over the shared inputs, by name.
+#: They run together (one `pl.collect_all`, which shares their common subplans); `_assemble`
+#: joins and files their results into `Metrics`.
+PLAN: dict[str, Callable[[Windowed], pl.LazyFrame]] = {
+    "devices": lambda w: devices.device_summary(w.work, w.wins.lazy(), w.kernels.lazy()),
+    "steps": lambda w: devices.step_summary(w.work, w.steps.lazy(), w.kernels.lazy()),
+    "idle_by_cause": lambda w: idle.idle_by_cause(w.gaps.lazy()),
+    "idle_per_step": lambda w: idle.idle_per_step(w.gaps.lazy(), w.steps.lazy()),
+    "between_steps": lambda w: idle.host_wait_between_steps(w.gaps.lazy(), w.steps.lazy()),
+    "sync_calls": lambda w: idle.sync_sites(w.timeline, w.syncs, w.markers, w.gaps.lazy()),
+    "overlap": lambda w: overlap.comm_overlap(w.kernels.lazy(), w.wins.lazy(), w.has_comm),
+    "collectives": lambda w: overlap.per_collective(w.kernels.lazy(), w.has_comm),
+    "rank_waits": lambda w: overlap.rank_imbalance(w.kernels.lazy()),
+    "tensor_cores": lambda w: tensor_cores.tensor_core_summary(w.kernels).lazy(),
+    "copies": lambda w: copies.memcpy_summary(w.work, w.wins.lazy()),
+    "outside_window": lambda w: windows.outside_window(w.linked.lazy(), w.wins.lazy()),
+    "steps_per_rank": lambda w: w.markers.group_by("rank").agg(steps=pl.len().cast(pl.Int64)),
+}
+
+
 def analyze(
     timeline: Timeline,
     top_n: int = DEFAULT_TOP_KERNELS,
@@ -42,9 +84,38 @@ def analyze(
     `step_pattern` is a regular expression for the host ranges that mark steps (default:
     `ProfilerStep#N` for Chrome traces, common NVTX step names for Nsight exports).
     Warm-up and outlier steps are left out of the window (see `steady`) unless `all_steps`.
+
+    The execution policy lives here, and only here (docs/architecture.md, "Where work runs
+    in parallel"): the critical path's tables are built first, while few other large frames
+    are held (they need the most memory of all); its per-step paths (networkx and Python,
+    one core) are then solved on a thread beside the other analyses, whose polars plans
+    (`PLAN`, collected together) leave the other core partly idle. The thread reads only the
+    tables built for it.
     """
     if timeline.gpu_work().select(pl.len()).collect().item() == 0:
         raise no_gpu_events(timeline)
+    markers, keys, state = _steady_steps(timeline, step_pattern, all_steps)
+    syncs = idle.sync_calls(timeline).collect().lazy()
+    prepared = critical_path.prepare(
+        timeline,
+        markers.collect(),
+        syncs.collect(),
+        work=windows.linked_work(timeline, markers, keys, windows.CRITICAL_PATH_COLUMNS),
+    )
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="critical-path")
+    solving = pool.submit(prepared.solve)
+    pool.shutdown(wait=False)
+    del prepared
+    shared = _windowed(timeline, markers, keys, state, syncs, launch_gap_max_ns)
+    results = dict(zip(PLAN, pl.collect_all([make(shared) for make in PLAN.values()]), strict=True))
+    return _assemble(shared, results, solving.result(), top_n)
+
+
+def _steady_steps(
+    timeline: Timeline, step_pattern: str | None, all_steps: bool
+) -> tuple[pl.LazyFrame, pl.DataFrame | None, steady.SteadyState]:
+    """The step markers, the GPU work's launch keys, and the steady state (warm-up and
+    outlier steps left out of both)."""
     pattern = step_pattern or windows.default_step_pattern(timeline.meta.format)
     _check_pattern(pattern)
     found = windows.step_markers(timeline, pattern).collect()
@@ -56,82 +127,76 @@ def analyze(
     if state.excluded.height:
         markers = state.markers.lazy()
         keys = _drop_steps(timeline, keys, state.excluded)
-    syncs = idle.sync_calls(timeline).collect().lazy()
-    # the critical path's tables first, while few other large frames are held (its GPU work
-    # with the columns it reads only): they need the most memory of all. Its per-step
-    # paths (networkx and Python, one core) then run on a thread beside the other analyses,
-    # whose polars plans leave the other core partly idle.
-    prepared = critical_path.prepare(
-        timeline,
-        markers.collect(),
-        syncs.collect(),
-        work=windows.linked_work(timeline, markers, keys, windows.CRITICAL_PATH_COLUMNS),
-    )
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="critical-path")
-    solving = pool.submit(prepared.solve)
-    pool.shutdown(wait=False)
-    del prepared
+    return markers, keys, state
+
+
+def _windowed(
+    timeline: Timeline,
+    markers: pl.LazyFrame,
+    keys: pl.DataFrame | None,
+    state: steady.SteadyState,
+    syncs: pl.LazyFrame,
+    launch_gap_max_ns: int,
+) -> Windowed:
+    """The shared inputs of the plan (see `Windowed`)."""
     linked = windows.linked_work(timeline, markers, keys)
     work = linked.lazy().drop(windows.LAUNCH_EXTRA)
     steps = windows.device_steps(work, markers).collect()
-    by_steps = steps.height > 0
-    wins = windows.device_windows(work, steps.lazy(), markers, by_steps).collect()
+    wins = windows.device_windows(work, steps.lazy(), markers, steps.height > 0).collect()
     in_windows = _classified(timeline, devices.kernels_in_windows(work, wins.lazy())).collect()
     # in-memory: the streaming engine takes much longer over the window joins and join_asofs
     gaps = idle.idle_gaps(timeline, work, wins.lazy(), syncs, launch_gap_max_ns).collect(
         engine="in-memory"
     )
-    kin = in_windows.lazy()
-    has_comm = bool(in_windows["is_comm"].any())
-    (
-        dev,
-        step_rows,
-        by_cause,
-        step_idle,
-        sites,
-        overlap_rows,
-        collectives,
-        imbalance,
-        tc,
-        copy_rows,
-    ) = pl.collect_all(
-        [
-            devices.device_summary(work, wins.lazy(), kin),
-            devices.step_summary(work, steps.lazy(), kin),
-            idle.idle_by_cause(gaps.lazy()),
-            idle.idle_per_step(gaps.lazy(), steps.lazy()),
-            idle.sync_sites(timeline, syncs, markers, gaps.lazy()),
-            overlap.comm_overlap(kin, wins.lazy(), has_comm),
-            overlap.per_collective(kin, has_comm),
-            overlap.rank_imbalance(kin),
-            tensor_cores.tensor_core_summary(in_windows).lazy(),
-            copies.memcpy_summary(work, wins.lazy()),
-        ]
+    return Windowed(
+        timeline=timeline,
+        markers=markers,
+        state=state,
+        syncs=syncs,
+        linked=linked,
+        work=work,
+        steps=steps,
+        wins=wins,
+        kernels=in_windows,
+        gaps=gaps,
+        has_comm=bool(in_windows["is_comm"].any()),
+        launch_gap_max_ns=launch_gap_max_ns,
     )
-    between = idle.host_wait_between_steps(gaps.lazy(), steps.lazy()).collect()
+
+
+def _assemble(
+    w: Windowed, r: dict[str, pl.DataFrame], paths: critical_path.CriticalPaths, top_n: int
+) -> Metrics:
+    """File the plan's results, the critical path and the analyses that need no plan (small
+    frames, or reads of the timeline of their own) into Metrics."""
+    key = windows.DEVICE_KEY
+    causes = [f"{c}_ns" for c in idle.CAUSES]
     dev = (
-        dev.join(by_cause, on=windows.DEVICE_KEY, how="left")
-        .join(between, on=windows.DEVICE_KEY, how="left")
-        .join(overlap_rows, on=windows.DEVICE_KEY, how="left")
-        .join(tc, on=windows.DEVICE_KEY, how="left")
-        .with_columns(pl.col(f"{c}_ns" for c in idle.CAUSES).fill_null(0))
+        r["devices"]
+        .join(r["idle_by_cause"], on=key, how="left")
+        .join(r["between_steps"], on=key, how="left")
+        .join(r["overlap"], on=key, how="left")
+        .join(r["tensor_cores"], on=key, how="left")
+        .with_columns(pl.col(causes).fill_null(0))
         .with_columns(pl.col("gap_count", "host_wait_between_steps_ns").fill_null(0))
         .with_columns(
             devices.share(pl.col(f"{c}_ns"), pl.col("window_ns")).alias(f"{c}_share")
             for c in idle.CAUSES
         )
     )
-    step_rows = step_rows.join(
-        step_idle, on=[*windows.DEVICE_KEY, "step"], how="left"
-    ).with_columns(pl.col(f"{c}_ns" for c in idle.CAUSES).fill_null(0))
+    step_rows = (
+        r["steps"]
+        .join(r["idle_per_step"], on=[*key, "step"], how="left")
+        .with_columns(pl.col(causes).fill_null(0))
+    )
+    in_windows, timeline, imbalance = w.kernels, w.timeline, r["rank_waits"]
     small = kernels.small_kernels(in_windows)
-    peaks = memory.step_peaks(timeline, markers)
-    steps_per_rank = markers.group_by("rank").agg(steps=pl.len().cast(pl.Int64)).collect()
+    peaks = memory.step_peaks(timeline, w.markers)
     slowest = int(imbalance.sort("wait_ns", "rank")["rank"][0]) if imbalance.height > 1 else None
-    paths = solving.result()
+    comm = _comm_spans(in_windows.lazy()) if w.has_comm else None
     return Metrics(
-        basis="steps" if by_steps else "trace",
-        windows=wins,
+        basis="steps" if w.steps.height > 0 else "trace",
+        windows=w.wins,
         devices=dev,
         steps=step_rows,
         kernel_histogram=kernels.duration_histogram(in_windows),
@@ -142,28 +207,28 @@ def analyze(
         kernel_total_ns=int(in_windows["clipped_ns"].sum() or 0),
         small_kernel_count_share=small["count_share"],
         small_kernel_time_share=small["time_share"],
-        gaps=gaps,
-        gap_histogram=idle.gap_histogram(gaps),
-        sync_calls=sites,
-        collectives=collectives,
+        gaps=w.gaps,
+        gap_histogram=idle.gap_histogram(w.gaps),
+        sync_calls=r["sync_calls"],
+        collectives=r["collectives"],
         rank_waits=imbalance,
-        copies=copy_rows,
-        launch_gap_max_ns=launch_gap_max_ns,
-        sync_sites=idle.sync_sites_summary(sites, steps_per_rank),
-        syncs_per_step=idle.syncs_per_step(sites),
+        copies=r["copies"],
+        launch_gap_max_ns=w.launch_gap_max_ns,
+        sync_sites=idle.sync_sites_summary(r["sync_calls"], r["steps_per_rank"]),
+        syncs_per_step=idle.syncs_per_step(r["sync_calls"]),
         slowest_rank=slowest,
         bandwidth=bandwidth.memory_bound_bandwidth(timeline, in_windows, timeline.meta.devices),
         matmul_shapes=shapes.matmul_shapes(timeline, in_windows),
         memory_peaks=peaks,
         non_tc_gemms=gemm_units.non_tensor_core_gemms(in_windows),
-        early_starts=clock.early_starts(timeline, work=linked),
-        timeline_bins=idle.timeline_bins(gaps, wins, comm=_comm_spans(kin) if has_comm else None),
+        early_starts=clock.early_starts(timeline, work=w.linked),
+        timeline_bins=idle.timeline_bins(w.gaps, w.wins, comm=comm),
         memory_growth=memory.growth(peaks),
         critical_steps=paths.steps,
         what_if=paths.what_if,
-        excluded_steps=state.excluded,
-        warmup_steps=state.warmup_rows,
-        outside_window=windows.outside_window(linked.lazy(), wins.lazy()).collect(),
+        excluded_steps=w.state.excluded,
+        warmup_steps=w.state.warmup_rows,
+        outside_window=r["outside_window"],
     )
 
 
@@ -348,4 +413,4 @@ def _launch_count(timeline: Timeline) -> int:
     )
 
 
-__all__ = ["Metrics", "analyze"]
+__all__ = ["PLAN", "Metrics", "Windowed", "analyze"]

@@ -28,12 +28,11 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer import __version__
-from traceanalyzer.analyses.idle import CAUSES
 from traceanalyzer.config import Settings
 from traceanalyzer.errors import ConfigError, TraceAnalyzerError
 from traceanalyzer.readers.archives import DEFAULT_MAX_UNPACKED, Run, discover
 from traceanalyzer.render.base import write_text_atomic
-from traceanalyzer.report import job_step_ns
+from traceanalyzer.report import headline_numbers
 
 #: Seconds to wait for a dask scheduler to answer before giving up.
 DASK_CONNECT_TIMEOUT_S = 10
@@ -107,10 +106,7 @@ def summary_row(label: str, path: Path, digest: str, rep: Any, report_path: str)
     """The run's headline numbers, from its report (the contract's fields)."""
     doc = rep.to_json_dict()
     devices = doc["devices"]
-    window = sum(d["window_ns"] for d in devices)
-    causes = {c: sum(d["idle_by_cause"][c] for d in devices) for c in CAUSES}
-    gemm = sum(d["tensor_core"]["gemm_ns"] for d in devices)
-    paths = doc["critical_path"]
+    head = headline_numbers(doc)
     findings = rep.findings
     worst = max((f.severity for f in findings), key=lambda s: s.rank, default=None)
     top = findings[0] if findings else None
@@ -124,21 +120,8 @@ def summary_row(label: str, path: Path, digest: str, rep: Any, report_path: str)
         "gpu": next((d["name"] for d in devices if d["name"]), None),
         "basis": doc["window"]["basis"],
         "steps": len({s["name"] for s in doc["steps"]}),
-        "step_ns": job_step_ns(paths),
-        "window_ns": window,
-        "busy_share": sum(d["busy_ns"] for d in devices) / window if window else None,
-        "idle_share": sum(d["idle_ns"] for d in devices) / window if window else None,
-        "host_wait_share": causes["host_wait"] / window if window else None,
-        "sync_share": causes["sync"] / window if window else None,
-        "launch_overhead_share": causes["launch_overhead"] / window if window else None,
-        "other_idle_share": causes["other"] / window if window else None,
-        "kernel_count": doc["kernels"]["count"],
-        "kernel_ns": doc["kernels"]["total_ns"],
-        "comm_ns": sum(d["comm_ns"] for d in devices),
-        "exposed_comm_ns": sum(d["exposed_comm_ns"] for d in devices),
-        "tc_share_of_gemm": (
-            sum(d["tensor_core"]["tc_ns"] for d in devices) / gemm if gemm else None
-        ),
+        **{k: v for k, v in head.items() if k != "other_share"},
+        "other_idle_share": head["other_share"],
         "diagnoses": ",".join(sorted({f.category for f in findings})),
         "worst_severity": worst.value if worst is not None else None,
         "top_diagnosis": f"{top.rule} {top.title}" if top else None,

@@ -14,9 +14,8 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.analyses.idle import CAUSES
 from traceanalyzer.errors import TraceFormatError
-from traceanalyzer.report import FORMAT_VERSION, job_step_ns
+from traceanalyzer.report import FORMAT_VERSION, headline_numbers
 
 TOP_CHANGES = 10
 
@@ -97,23 +96,7 @@ def _read_report(path: Path) -> dict[str, Any]:
 
 
 def _totals(doc: dict[str, Any]) -> dict[str, Any]:
-    devices = doc["devices"]
-    window = sum(d["window_ns"] for d in devices)
-    gemm = sum(d["tensor_core"]["gemm_ns"] for d in devices)
-    return {
-        "step_ns": job_step_ns(doc["critical_path"]),
-        "window_ns": window,
-        "idle_share": sum(d["idle_ns"] for d in devices) / window if window else None,
-        **{
-            f"{c}_share": sum(d["idle_by_cause"][c] for d in devices) / window if window else None
-            for c in CAUSES
-        },
-        "tc_share_of_gemm": sum(d["tensor_core"]["tc_ns"] for d in devices) / gemm
-        if gemm
-        else None,
-        "exposed_comm_ns": sum(d["exposed_comm_ns"] for d in devices),
-        "kernel_ns": doc["kernels"]["total_ns"],
-    }
+    return {k: v for k, v in headline_numbers(doc).items() if k in METRICS}
 
 
 def _kernel_times(doc: dict[str, Any]) -> pl.DataFrame:

@@ -259,6 +259,36 @@ BOUND_FINDING_SHARE = 0.10
 BUSY_GPU_BOUND = 0.85
 
 
+def headline_numbers(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The job's headline numbers from a report's JSON (all devices together): the one place
+    `compare` and batch's summary row take them from. Step time as `job_step_ns`; shares of
+    the summed windows; kernel, communication and Tensor Core totals."""
+    devices = doc["devices"]
+    window = sum(d["window_ns"] for d in devices)
+    gemm = sum(d["tensor_core"]["gemm_ns"] for d in devices)
+
+    def share(ns: int) -> float | None:
+        return ns / window if window else None
+
+    return {
+        "step_ns": job_step_ns(doc["critical_path"]),
+        "window_ns": window,
+        "busy_share": share(sum(d["busy_ns"] for d in devices)),
+        "idle_share": share(sum(d["idle_ns"] for d in devices)),
+        **{
+            f"{c}_share": share(sum(d["idle_by_cause"][c] for d in devices))
+            for c in ("host_wait", "sync", "launch_overhead", "other")
+        },
+        "kernel_count": doc["kernels"]["count"],
+        "kernel_ns": doc["kernels"]["total_ns"],
+        "comm_ns": sum(d["comm_ns"] for d in devices),
+        "exposed_comm_ns": sum(d["exposed_comm_ns"] for d in devices),
+        "tc_share_of_gemm": sum(d["tensor_core"]["tc_ns"] for d in devices) / gemm
+        if gemm
+        else None,
+    }
+
+
 def job_step_ns(paths: Sequence[Mapping[str, Any]]) -> int | None:
     """The job's step time (docs/report.md, Definitions): the mean steady step of each rank
     on the critical path (`critical_path` entries), the slowest rank's."""

@@ -100,6 +100,7 @@ def _doc(
         "devices": [
             {
                 "window_ns": step_ns,
+                "busy_ns": step_ns - int(step_ns * idle),
                 "idle_ns": int(step_ns * idle),
                 "idle_by_cause": {
                     "host_wait": int(step_ns * idle),
@@ -108,11 +109,12 @@ def _doc(
                     "other": 0,
                 },
                 "tensor_core": {"gemm_ns": 1000, "tc_ns": int(1000 * tc)},
+                "comm_ns": 0,
                 "exposed_comm_ns": 0,
             }
         ],
         "critical_path": [{"steps": 1, "step_ns": step_ns}],
-        "kernels": {"total_ns": 1_000_000, "top": []},
+        "kernels": {"count": 10, "total_ns": 1_000_000, "top": []},
         "diagnoses": diagnoses,
     }
 

@@ -20,7 +20,7 @@ from traceanalyzer import __version__, api
 from traceanalyzer.batch import Options, write_summary
 from traceanalyzer.compare import compare as compare_reports
 from traceanalyzer.compare import load_report
-from traceanalyzer.config import load_settings
+from traceanalyzer.config import SEVERITIES, load_settings
 from traceanalyzer.errors import TraceAnalyzerError
 from traceanalyzer.model.schema import schema_markdown
 from traceanalyzer.readers.archives import DEFAULT_MAX_UNPACKED
@@ -118,7 +118,7 @@ def cli() -> None:
 )
 @click.option(
     "--fail-on",
-    type=click.Choice(["info", "warning", "critical"]),
+    type=click.Choice(list(SEVERITIES)),
     default=None,
     help="Exit with status 1 when a finding is at or above this severity.",
 )

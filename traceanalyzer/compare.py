@@ -14,6 +14,7 @@ from typing import Any
 
 import polars as pl
 
+from traceanalyzer.config import SEVERITIES
 from traceanalyzer.errors import TraceFormatError
 from traceanalyzer.report import FORMAT_VERSION, headline_numbers
 
@@ -197,16 +198,11 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-_SEVERITY_ORDER = ("info", "warning", "critical")
-
-
 def _worst(diagnoses: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
     """(rule, title) -> the worst severity of its findings (across ranks)."""
     worst: dict[tuple[str, str], str] = {}
     for d in diagnoses:
         key = (d["rule"], d["title"])
-        if key not in worst or _SEVERITY_ORDER.index(d["severity"]) > _SEVERITY_ORDER.index(
-            worst[key]
-        ):
+        if key not in worst or SEVERITIES.index(d["severity"]) > SEVERITIES.index(worst[key]):
             worst[key] = d["severity"]
     return worst

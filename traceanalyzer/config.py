@@ -15,6 +15,8 @@ from typing import Any
 
 from traceanalyzer.errors import ConfigError
 
+#: The severities, mildest first (rules.base.Severity's values; kept here as text so that
+#: settings load without importing the rules).
 SEVERITIES = ("info", "warning", "critical")
 _TOP_KEYS = {"select", "ignore", "fail-on", "rules"}
 

@@ -275,10 +275,7 @@ def headline_numbers(doc: Mapping[str, Any]) -> dict[str, Any]:
         "window_ns": window,
         "busy_share": share(sum(d["busy_ns"] for d in devices)),
         "idle_share": share(sum(d["idle_ns"] for d in devices)),
-        **{
-            f"{c}_share": share(sum(d["idle_by_cause"][c] for d in devices))
-            for c in ("host_wait", "sync", "launch_overhead", "other")
-        },
+        **{f"{c}_share": share(sum(d["idle_by_cause"][c] for d in devices)) for c in CAUSES},
         "kernel_count": doc["kernels"]["count"],
         "kernel_ns": doc["kernels"]["total_ns"],
         "comm_ns": sum(d["comm_ns"] for d in devices),

@@ -24,6 +24,11 @@ _TS_KEY = int.from_bytes(b'"ts"', "little")
 _TS_WINDOW = 22
 
 
+#: The bytes the rewrites read and write, by name.
+SPACE, NEWLINE, COLON, DOT = ord(" "), ord("\n"), ord(":"), ord(".")
+DIGIT_0, DIGIT_9, LETTER_N = ord("0"), ord("9"), ord("n")
+
+
 def find(arr: Bytes, pattern: bytes) -> Positions:
     """Start positions of `pattern` (at least 4 bytes) in `arr`, ascending.
 
@@ -71,7 +76,7 @@ class EventSplitter:
         if self._mask.size < n:
             self._mask = np.zeros(max(n, 2 * self._mask.size), dtype=bool)
         mask = self._mask[:n]
-        np.equal(arr, 10, out=mask)
+        np.equal(arr, NEWLINE, out=mask)
         newlines = np.flatnonzero(mask)
         at = _separators(arr, newlines, sep)
         if at.size == 0:
@@ -79,10 +84,10 @@ class EventSplitter:
         last = int(at[-1])
         out = arr[: last + 1]
         newlines = newlines[newlines < last]
-        out[newlines] = 32  # fold each multi-line event onto one line
+        out[newlines] = SPACE  # fold each multi-line event onto one line
         inner = at[:-1]
-        out[inner + 1] = 32  # the separating comma goes
-        out[inner + 2] = 10  # and the newline after it now ends one event
+        out[inner + 1] = SPACE  # the separating comma goes
+        out[inner + 2] = NEWLINE  # and the newline after it now ends one event
         self.exact = needs_exact_timestamps(buf, last + 1)
         if self.exact:
             exact_timestamps(out)
@@ -202,8 +207,8 @@ def lift_args(out: Bytes, ends: Positions, newlines: Positions) -> None:
     ok &= (first >= 0) & (close > first) & (out[close] == ord("}")) & (out[first] == ord('"'))
     lifted = at[ok]
     words[lifted] = _word(b" " * 8)
-    out[lifted + 8] = 32
-    out[close[ok]] = 32
+    out[lifted + 8] = SPACE
+    out[close[ok]] = SPACE
 
 
 #: What a flow event (`"ph": "s"` start, `"ph": "f"` finish) starts with, as 8-byte words.
@@ -282,21 +287,21 @@ def exact_timestamps(out: Bytes) -> None:
         return
     t = find(out, b'"ts"')
     t = t[t + 6 + _TS_WINDOW < out.size]
-    t = t[out[t + 4] == 58]  # ':'
+    t = t[out[t + 4] == COLON]
     if t.size == 0:
         return
     v = t + 5
-    v = v + (out[v] == 32)
+    v = v + (out[v] == SPACE)
     win = sliding_window_view(out, _TS_WINDOW)[v]
-    digit = (win >= 48) & (win <= 57)
+    digit = (win >= DIGIT_0) & (win <= DIGIT_9)
     k = (~digit).argmax(1)  # integer digits before the first non-digit
     rows = np.arange(win.shape[0])
     kc = np.minimum(k, _TS_WINDOW - 5)
     ok = (
         (k >= 1)
         & (k <= _TS_WINDOW - 5)
-        & (win[:, 0] != 48)  # "0047" would not be JSON
-        & (win[rows, kc] == 46)  # '.'
+        & (win[:, 0] != DIGIT_0)  # "0047" would not be JSON
+        & (win[rows, kc] == DOT)
         & digit[rows, kc + 1]
         & digit[rows, kc + 2]
         & digit[rows, kc + 3]
@@ -308,8 +313,8 @@ def exact_timestamps(out: Bytes) -> None:
     for j in range(int(k.max())):  # one pass per digit column
         sel = j < k
         out[v[sel] + j + 1] = win[sel, j]
-    out[v] = 32
-    out[t + 2] = 110  # "ts" -> "tn"
+    out[v] = SPACE
+    out[t + 2] = LETTER_N  # "ts" -> "tn"
 
 
 def exact_text(data: bytes) -> str:

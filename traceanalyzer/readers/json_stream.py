@@ -28,8 +28,8 @@ from traceanalyzer.readers.json_scan import (
     needs_exact_timestamps,
 )
 
-_QUOTE, _BACKSLASH, _COMMA = 34, 92, 44
-_OPEN, _CLOSE, _SPACE, _NEWLINE = 123, 125, 32, 10
+_QUOTE, _BACKSLASH, _COMMA = ord('"'), ord("\\"), ord(",")
+_OPEN, _CLOSE, _SPACE, _NEWLINE = ord("{"), ord("}"), ord(" "), ord("\n")
 #: How far from a key the `:` and the value are looked for (blanks between them).
 _NEAR = 32
 #: Widest gap between two events checked with numpy; wider ones are checked one by one.

@@ -19,6 +19,7 @@ from typing import Any, TextIO
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
 
+from traceanalyzer.analyses.idle import CAUSES
 from traceanalyzer.render import figures
 from traceanalyzer.render.base import script_json, static_text
 from traceanalyzer.render.markdown_html import markdown_html
@@ -203,6 +204,7 @@ def _environment() -> Environment:
     env.filters["gbps"] = bandwidth
     env.filters["text"] = printable
     env.filters["key"] = lambda v: "" if v is None else v
+    env.globals["CAUSES"] = CAUSES
     return env
 
 
@@ -366,7 +368,7 @@ def device_split(r: Report) -> tuple[list[str], dict[str, list[float]]]:
         parts["comm_overlapped"].append(d["overlapped_comm_ns"] / 1e6)
         parts["comm_exposed"].append((exposed - wait) / 1e6)
         parts["comm_wait"].append(wait / 1e6)
-        for c in ("host_wait", "sync", "launch_overhead", "other"):
+        for c in CAUSES:
             parts[c].append(d["idle_by_cause"].get(c, 0) / 1e6)
     return [_device_label(d["rank"], d["device"]) for d in shown], parts
 
@@ -384,14 +386,12 @@ def _step_chart(r: Report) -> Markup | None:
     rows = r.steps[:MAX_STEP_BARS]
     if not rows:
         return None
-    parts: dict[str, list[float]] = {
-        k: [] for k in ("busy", "host_wait", "sync", "launch_overhead", "other", "warmup")
-    }
+    parts: dict[str, list[float]] = {k: [] for k in ("busy", *CAUSES, "warmup")}
     for s in rows:
         span = (s["end_ns"] - s["start_ns"]) / 1e6
         analysed = not s.get("warmup") and s["idle_by_cause"]
         parts["busy"].append(s["busy_ns"] / 1e6 if analysed else 0.0)
-        for c in ("host_wait", "sync", "launch_overhead", "other"):
+        for c in CAUSES:
             parts[c].append(s["idle_by_cause"].get(c, 0) / 1e6 if analysed else 0.0)
         parts["warmup"].append(0.0 if analysed else span)
     labels = [f"r{s['rank']} GPU {s['device']} · {printable(s['name'], 40)}" for s in rows]

@@ -72,7 +72,7 @@ class Severity(StrEnum):
     @property
     def rank(self) -> int:
         """0 for info, 1 for warning, 2 for critical."""
-        return ["info", "warning", "critical"].index(self.value)
+        return list(Severity).index(self)
 
 
 def severity_for(

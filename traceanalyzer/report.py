@@ -175,6 +175,7 @@ class Report:
     critical_path: tuple[dict[str, Any], ...] = ()
     timeline_bins: tuple[dict[str, Any], ...] = ()
     memory_growth: tuple[dict[str, Any], ...] = ()
+    memory_steps: tuple[dict[str, Any], ...] = ()
     matmul_shapes: tuple[dict[str, Any], ...] = ()
     context: dict[str, Any] | None = None
     verdict: VerdictDict | None = None
@@ -198,6 +199,7 @@ class Report:
             "memory_bandwidth": self.bandwidth,
             "matmul_shapes": list(self.matmul_shapes),
             "memory_growth": list(self.memory_growth),
+            "memory_steps": list(self.memory_steps),
             "timeline_bins": list(self.timeline_bins),
             "critical_path": list(self.critical_path),
             "diagnoses": [f.to_json() for f in self.findings],
@@ -536,5 +538,6 @@ def build_report(
         verdict=verdict(devices, list(critical_path or ()), list(findings or ())),
         timeline_bins=tuple(_rows(metrics.timeline_bins)),
         memory_growth=tuple(_rows(metrics.memory_growth)),
+        memory_steps=tuple(_rows(metrics.memory_peaks.sort("rank", "device", "step"))),
         matmul_shapes=tuple(_rows(metrics.matmul_shapes.head(TOP_BANDWIDTH_OPS))),
     )

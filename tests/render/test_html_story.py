@@ -5,6 +5,7 @@ memory growth, and evidence as labelled values with units."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 
 import pytest
@@ -192,3 +193,19 @@ def test_memory_growth_chart() -> None:
     block = re.search(r'<section id="memory-growth">(.*?)</section>', page, re.S)
     assert block is not None and "<svg" in block.group(1)
     assert "671.1 MB" in block.group(1)  # 6 steps of 128 MiB
+
+
+def test_memory_steps_follow_the_leak() -> None:
+    """leak.json.gz appends 128 MiB per step (README: allocated after each step 1641 -> 2281
+    MiB): `memory_steps` holds each analysed step, and the page draws every one of them."""
+    rep = api.report(LEAK)
+    ends = [m["end_bytes"] for m in rep.memory_steps]
+    assert len(ends) == 6
+    assert [b - a for a, b in itertools.pairwise(ends)] == [128 << 20] * 5
+    assert round(ends[0] / 2**20) == 1641 and round(ends[-1] / 2**20) == 2281
+    assert [m["step"] for m in rep.memory_steps] == sorted(m["step"] for m in rep.memory_steps)
+    page = render(rep)
+    block = re.search(r'<section id="memory-growth">(.*?)</section>', page, re.S)
+    assert block is not None
+    # one marker per step in the chart (matplotlib writes each as a <use> of the marker)
+    assert block.group(1).count("<use ") >= 6

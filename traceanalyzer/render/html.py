@@ -410,17 +410,17 @@ def _critical_path_chart(r: Report) -> Markup | None:
 
 
 def _memory_chart(r: Report) -> Markup | None:
-    """Peak allocated memory per analysed step for each device whose memory was recorded:
-    the memory-growth finding's per-step peaks where it has them, else the first and the
-    last step's peaks."""
+    """Peak allocated memory per analysed step for each device whose memory was recorded
+    (`memory_steps`), else the first and the last step's peaks."""
     if not r.memory_growth:
         return None
     peaks: dict[tuple[int | None, int | None], list[int]] = {}
+    for m in r.memory_steps:
+        peaks.setdefault((m["rank"], m["device"]), []).append(m["peak_bytes"])
     capacity: int | None = None
     for f in r.findings:
-        if isinstance(f.evidence.get("step_peaks_bytes"), list):
-            peaks[(f.scope.rank, f.scope.device)] = f.evidence["step_peaks_bytes"]
-            capacity = capacity or f.evidence.get("device_memory_bytes")
+        if isinstance(f.evidence.get("device_memory_bytes"), int):
+            capacity = capacity or f.evidence["device_memory_bytes"]
     series = []
     for g in r.memory_growth[:MAX_STRIPS]:
         values = peaks.get((g["rank"], g["device"])) or [

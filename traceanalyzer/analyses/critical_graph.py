@@ -53,6 +53,7 @@ from traceanalyzer.analyses.critical_edges import (
     gpu_edges,
     host_edges,
 )
+from traceanalyzer.analyses.intervals import in_ranges
 from traceanalyzer.analyses.operators import collective_launches
 from traceanalyzer.model import Kind, Timeline
 
@@ -190,22 +191,12 @@ def gpu_ops(
 
 def _host_events(timeline: Timeline, markers: pl.DataFrame) -> pl.LazyFrame:
     """Host events that start inside a step's marker range, with that step."""
-    ranges = markers.lazy().select("rank", "step", m_start="start_ns", m_end="end_ns")
-    return (
+    return in_ranges(
         timeline.events.lazy()
         .filter(pl.col("kind").is_in(_HOST_KINDS) & pl.col("pid").is_not_null())
-        .select(*_THREAD, "start_ns", "end_ns")
-        .sort("start_ns")
-        .join_asof(
-            ranges.sort("m_start"),
-            left_on="start_ns",
-            right_on="m_start",
-            by="rank",
-            strategy="backward",
-            check_sortedness=False,
-        )
-        .filter(pl.col("step").is_not_null() & (pl.col("start_ns") < pl.col("m_end")))
-        .drop("m_start", "m_end")
+        .select(*_THREAD, "start_ns", "end_ns"),
+        markers.lazy(),
+        "rank",
     )
 
 
@@ -282,22 +273,16 @@ def build_tables(
 
     # --- host points, clipped to S, one node per distinct (thread, time)
     sync_calls = (
-        syncs.filter(pl.col("pid").is_not_null())
-        .select(*_THREAD, "start_ns", "end_ns")
-        .sort("start_ns")
-        .join_asof(
-            markers.select("rank", "step", m_start="start_ns", m_end="end_ns").sort("m_start"),
-            left_on="start_ns",
-            right_on="m_start",
-            by="rank",
-            strategy="backward",
-            check_sortedness=False,
+        in_ranges(
+            syncs.lazy().filter(pl.col("pid").is_not_null()).select(*_THREAD, "start_ns", "end_ns"),
+            markers.lazy(),
+            "rank",
         )
-        .filter(pl.col("step").is_not_null() & (pl.col("start_ns") < pl.col("m_end")))
-        .join(s_of, on=["rank", "step"])
+        .join(s_of.lazy(), on=["rank", "step"])
         .filter(pl.col("end_ns") > pl.col("w_start"))
         .with_columns(start_ns=pl.max_horizontal("start_ns", "w_start"))
         .select("rank", "step", "pid", "tid", "start_ns", "end_ns")
+        .collect()
     )
     launched = ops.filter(pl.col("launch_start_ns").is_not_null()).with_columns(
         launch_at=pl.max_horizontal("launch_start_ns", "w_start"),

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceanalyzer.analyses.intervals import busy_before, clipped_ns, overlaps, union
+from traceanalyzer.analyses.intervals import (
+    busy_before,
+    clipped_ns,
+    in_ranges,
+    overlaps,
+    union,
+)
 from traceanalyzer.analyses.windows import DEVICE_KEY
 from traceanalyzer.model import Kind
 
@@ -60,17 +66,7 @@ def step_summary(work: pl.LazyFrame, steps: pl.LazyFrame, kernels: pl.LazyFrame)
     """rank, device, step, name, start_ns, end_ns, busy_ns, idle_share, kernel_count per
     device step (a kernel counts in the step during which it starts)."""
     counts = (
-        kernels.select(*DEVICE_KEY, "start_ns")
-        .sort("start_ns")
-        .join_asof(
-            steps.select(*DEVICE_KEY, "step", s_start="start_ns", s_end="end_ns").sort("s_start"),
-            left_on="start_ns",
-            right_on="s_start",
-            by=DEVICE_KEY,
-            strategy="backward",
-            check_sortedness=False,
-        )
-        .filter(pl.col("start_ns") < pl.col("s_end"))
+        in_ranges(kernels.select(*DEVICE_KEY, "start_ns"), steps, DEVICE_KEY)
         .group_by(*DEVICE_KEY, "step")
         .agg(kernel_count=pl.len().cast(pl.Int64))
     )

@@ -83,3 +83,27 @@ def clipped_ns(start: str, end: str, lo: str, hi: str) -> pl.Expr:
     upper = pl.min_horizontal(pl.col(end), pl.col(hi))
     lower = pl.max_horizontal(pl.col(start), pl.col(lo))
     return (upper - lower).clip(lower_bound=0)
+
+
+def in_ranges(
+    frame: pl.LazyFrame, ranges: pl.LazyFrame, by: list[str] | str, at: str = "start_ns"
+) -> pl.LazyFrame:
+    """The rows of `frame` whose time `at` falls inside one of `ranges` (columns `by`,
+    `step`, `start_ns`, `end_ns`; disjoint within a `by` group), with that range's `step`:
+    the latest range starting at or before `at`, where `at` is before its end. Rows outside
+    every range are dropped. (A step's events, from its marker or device step ranges.)"""
+    keys = [by] if isinstance(by, str) else list(by)
+    starts = ranges.select(*keys, "step", _r_start="start_ns", _r_end="end_ns").sort("_r_start")
+    return (
+        frame.sort(at)
+        .join_asof(
+            starts,
+            left_on=at,
+            right_on="_r_start",
+            by=by,
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .filter(pl.col(at) < pl.col("_r_end"))
+        .drop("_r_start", "_r_end")
+    )

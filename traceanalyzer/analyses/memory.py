@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceanalyzer.analyses.intervals import in_ranges
 from traceanalyzer.model import Kind, Timeline
 
 
@@ -22,15 +23,7 @@ def step_peaks(timeline: Timeline, markers: pl.LazyFrame) -> pl.DataFrame:
         .sort("start_ns")
     )
     return (
-        memory.join_asof(
-            markers.select("rank", "step", s_start="start_ns", s_end="end_ns").sort("s_start"),
-            left_on="start_ns",
-            right_on="s_start",
-            by="rank",
-            strategy="backward",
-            check_sortedness=False,
-        )
-        .filter(pl.col("start_ns") < pl.col("s_end"))
+        in_ranges(memory, markers, "rank")
         .group_by("rank", "device", "step")
         .agg(
             peak_bytes=pl.col("bytes").max(),

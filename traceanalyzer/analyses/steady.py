@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceanalyzer.analyses import windows
-from traceanalyzer.analyses.intervals import union
+from traceanalyzer.analyses.intervals import in_ranges, union
 from traceanalyzer.model import Kind, Timeline
 
 #: Host calls and ranges that happen once per process (or per new shape), not every step.
@@ -268,18 +268,7 @@ def _one_time(timeline: Timeline, markers: pl.DataFrame) -> pl.LazyFrame:
     calls = (
         host.filter(pl.col("name").is_in(names))
         .select("rank", "start_ns", name=pl.col("name").cast(pl.String))
-        .sort("start_ns")
-        .join_asof(
-            markers.lazy()
-            .select("rank", "step", s_start="start_ns", s_end="end_ns")
-            .sort("s_start"),
-            left_on="start_ns",
-            right_on="s_start",
-            by="rank",
-            strategy="backward",
-            check_sortedness=False,
-        )
-        .filter(pl.col("start_ns") < pl.col("s_end"))
+        .pipe(in_ranges, markers.lazy(), "rank")
         .group_by("rank", "step", "name")
         .agg(n=pl.len())
         # one-time: a call that at most half of the rank's other steps make (cudaMalloc in a

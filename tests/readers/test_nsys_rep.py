@@ -140,3 +140,28 @@ def test_rank_named_reports_are_runs_of_their_own(
     summary = run_batch([str(tmp_path / "in")], tmp_path / "out", jobs=1)
     assert sorted(summary["run"].to_list()) == ["in/rank0.nsys-rep", "in/rank1.nsys-rep"]
     assert summary.filter(pl.col("error").is_not_null()).height == 0
+
+
+def test_errors_name_the_input_not_the_temporary_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gzip
+
+    nsys, _log = _fake_nsys(tmp_path)
+    monkeypatch.setenv("NSYS", str(nsys))
+    rep = tmp_path / "in" / "empty.nsys-rep"
+    rep.parent.mkdir()
+    rep.write_text((DATA / "no_kernels.sql").read_text())
+    with pytest.raises(TraceFormatError) as err:
+        read(rep)
+    assert err.value.path == str(rep)
+    db = tmp_path / "no_kernels.sqlite"
+    con = sqlite3.connect(db)
+    con.executescript((DATA / "no_kernels.sql").read_text())
+    con.commit()
+    con.close()
+    gz = tmp_path / "no_kernels.sqlite.gz"
+    gz.write_bytes(gzip.compress(db.read_bytes()))
+    with pytest.raises(TraceFormatError) as err:
+        read(gz)
+    assert err.value.path == str(gz)

@@ -9,7 +9,7 @@ import sqlite3
 import tempfile
 from pathlib import Path
 
-from traceanalyzer.errors import TraceFormatError, UnsupportedTraceError
+from traceanalyzer.errors import TraceAnalyzerError, TraceFormatError, UnsupportedTraceError
 from traceanalyzer.model import Timeline
 from traceanalyzer.readers import nsys_rep
 from traceanalyzer.readers.base import SQLITE_MAGIC, Reader, head_bytes
@@ -56,7 +56,8 @@ def read(path: Path | str, export_dir: Path | None = None) -> Timeline:
     exports by content hash). The report names the input."""
     p = Path(path)
     if nsys_rep.is_report(p):
-        return _renamed(nsys_rep.read_report(p, READERS["nsys"].read, export_dir), p)
+        export = nsys_rep.read_report(p, lambda copy: _read_copy(copy, p), export_dir)
+        return _renamed(export, p)
     if p.is_file() and not READERS["nsys"].sniff(p) and head_bytes(p, 16) == SQLITE_MAGIC:
         return _read_gzipped_sqlite(p)
     reader = detect(p)
@@ -87,9 +88,19 @@ def _read_with_wal(path: Path, wal: Path) -> Timeline:
                 path=path,
                 hint="open the database once with sqlite3 to merge it, or export again",
             ) from exc
-        timeline = READERS["nsys"].read(inner)
+        timeline = _read_copy(inner, path)
     note = f"{path.name}: read with its unmerged write-ahead log ({wal.name}), merged in a copy"
     return _renamed(timeline, path, note)
+
+
+def _read_copy(copy: Path, path: Path) -> Timeline:
+    """Read the SQLite export `copy`, a temporary stand-in for `path`: an error names `path`,
+    the file the user gave, not the temporary folder."""
+    try:
+        return READERS["nsys"].read(copy)
+    except TraceAnalyzerError as exc:
+        exc.path = str(path)
+        raise
 
 
 def _renamed(timeline: Timeline, path: Path, note: str | None = None) -> Timeline:
@@ -117,7 +128,7 @@ def _read_gzipped_sqlite(path: Path) -> Timeline:
                 path=path,
                 hint="gunzip it and check the export is complete",
             ) from exc
-        timeline = READERS["nsys"].read(inner)
+        timeline = _read_copy(inner, path)
     return _renamed(timeline, path)
 
 

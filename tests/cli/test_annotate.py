@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ from click.testing import CliRunner
 
 from tests.builders import kernel, launch, step, write_trace
 from tests.conftest import REPO
+from tests.readers.test_nsys_sqlite import nsys_db_from_sql
 from traceanalyzer import api
 from traceanalyzer.annotate import BUSY_COUNTER, COMM_COUNTER, MARKER_CATEGORY, annotate
 from traceanalyzer.cli import cli
@@ -88,11 +88,7 @@ def test_folder_of_ranks_writes_one_file_per_rank(tmp_path: Path) -> None:
 
 
 def test_nsys_export_becomes_a_chrome_trace(tmp_path: Path) -> None:
-    db = tmp_path / "two_ranks.sqlite"
-    con = sqlite3.connect(db)
-    con.executescript((REPO / "tests" / "data" / "nsys" / "two_ranks.sql").read_text())
-    con.commit()
-    con.close()
+    db = nsys_db_from_sql("two_ranks", tmp_path)
     out = tmp_path / "nsys.json.gz"
     result = CliRunner().invoke(cli, ["annotate", str(db), "-o", str(out)])
     assert result.exit_code == 0, result.output
@@ -169,11 +165,7 @@ def test_each_finding_has_a_track_over_its_spans(tmp_path: Path) -> None:
 
 
 def test_nsys_host_processes_and_threads_are_named(tmp_path: Path) -> None:
-    db = tmp_path / "two_ranks.sqlite"
-    con = sqlite3.connect(db)
-    con.executescript((REPO / "tests" / "data" / "nsys" / "two_ranks.sql").read_text())
-    con.commit()
-    con.close()
+    db = nsys_db_from_sql("two_ranks", tmp_path)
     out = tmp_path / "nsys.json.gz"
     annotate(db, out)
     events = _events(out)

@@ -8,7 +8,6 @@ call so that the tests can count exports. The real nsys is exercised on the GPU 
 from __future__ import annotations
 
 import os
-import sqlite3
 import stat
 import sys
 from pathlib import Path
@@ -17,7 +16,7 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from tests.readers.test_nsys_sqlite import DATA
+from tests.readers.test_nsys_sqlite import DATA, nsys_db_from_sql
 from traceanalyzer.batch import Options, run_batch
 from traceanalyzer.cli import cli
 from traceanalyzer.config import load_settings
@@ -58,22 +57,13 @@ def _report_file(tmp_path: Path, name: str = "run.nsys-rep") -> Path:
     return rep
 
 
-def _sqlite_of(tmp_path: Path) -> Path:
-    db = tmp_path / "direct.sqlite"
-    con = sqlite3.connect(db)
-    con.executescript((DATA / "two_ranks.sql").read_text())
-    con.commit()
-    con.close()
-    return db
-
-
 def test_report_is_exported_and_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     nsys, log = _fake_nsys(tmp_path)
     monkeypatch.setenv("NSYS", str(nsys))
     rep = _report_file(tmp_path)
     before = sorted(p.name for p in rep.parent.iterdir())
     tl = read(rep)
-    direct = read(_sqlite_of(tmp_path))
+    direct = read(nsys_db_from_sql("two_ranks", tmp_path))
     assert tl.events.equals(direct.events)
     assert tl.meta.path == str(rep) and {r.path for r in tl.meta.ranks} == {str(rep)}
     assert sorted(p.name for p in rep.parent.iterdir()) == before  # nothing beside the input
@@ -155,11 +145,7 @@ def test_errors_name_the_input_not_the_temporary_copy(
     with pytest.raises(TraceFormatError) as err:
         read(rep)
     assert err.value.path == str(rep)
-    db = tmp_path / "no_kernels.sqlite"
-    con = sqlite3.connect(db)
-    con.executescript((DATA / "no_kernels.sql").read_text())
-    con.commit()
-    con.close()
+    db = nsys_db_from_sql("no_kernels", tmp_path)
     gz = tmp_path / "no_kernels.sqlite.gz"
     gz.write_bytes(gzip.compress(db.read_bytes()))
     with pytest.raises(TraceFormatError) as err:

@@ -77,6 +77,7 @@ class DeviceDict(TypedDict):
     overlapped_comm_ns: int
     exposed_comm_ns: int
     overlap_share: float | None
+    comm_wait_ns: int
     tensor_core: TensorCoreDict
 
 
@@ -421,6 +422,7 @@ def build_report(
             "overlapped_comm_ns": r["overlapped_comm_ns"] or 0,
             "exposed_comm_ns": r["exposed_comm_ns"] or 0,
             "overlap_share": r["overlap_share"],
+            "comm_wait_ns": r["comm_wait_ns"],
             "tensor_core": {
                 "tc_ns": r["tc_ns"] or 0,
                 "gemm_ns": r["gemm_ns"] or 0,

@@ -42,3 +42,5 @@ def test_comm_per_bin_matches_a_plain_loop() -> None:
     waits = {r["rank"]: r["wait_ns"] for r in report.communication["ranks"]}
     for rank, wait in waits.items():
         assert sum(b["comm_wait_ns"] for b in report.timeline_bins if b["rank"] == rank) == wait
+    # one device per rank here: the device's wait is its rank's
+    assert {d["rank"]: d["comm_wait_ns"] for d in report.devices} == waits

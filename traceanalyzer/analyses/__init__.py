@@ -190,10 +190,18 @@ def _assemble(
         .with_columns(pl.col(causes).fill_null(0))
     )
     in_windows, timeline, imbalance = w.kernels, w.timeline, r["rank_waits"]
+    comm = _comm_spans(in_windows.lazy()) if w.has_comm else None
+    bins = idle.timeline_bins(w.gaps, w.wins, comm=comm)
+    # each device's time waiting for other ranks inside collectives (the bins cover its window)
+    waits = (
+        bins.group_by(key).agg(pl.col("comm_wait_ns").sum())
+        if comm is not None
+        else w.wins.select(*key, comm_wait_ns=pl.lit(0, pl.Int64))
+    )
+    dev = dev.join(waits, on=key, how="left").with_columns(pl.col("comm_wait_ns").fill_null(0))
     small = kernels.small_kernels(in_windows)
     peaks = memory.step_peaks(timeline, w.markers)
     slowest = int(imbalance.sort("wait_ns", "rank")["rank"][0]) if imbalance.height > 1 else None
-    comm = _comm_spans(in_windows.lazy()) if w.has_comm else None
     return Metrics(
         basis="steps" if w.steps.height > 0 else "trace",
         windows=w.wins,
@@ -222,7 +230,7 @@ def _assemble(
         memory_peaks=peaks,
         non_tc_gemms=gemm_units.non_tensor_core_gemms(in_windows),
         early_starts=clock.early_starts(timeline, work=w.linked),
-        timeline_bins=idle.timeline_bins(w.gaps, w.wins, comm=comm),
+        timeline_bins=bins,
         memory_growth=memory.growth(peaks),
         critical_steps=paths.steps,
         what_if=paths.what_if,

@@ -50,6 +50,7 @@ FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
         "sync_share": pl.Float64,
         "launch_overhead_share": pl.Float64,
         "other_share": pl.Float64,
+        "comm_wait_ns": pl.Int64,
     },
     "steps": {
         "rank": pl.Int32,

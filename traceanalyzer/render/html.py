@@ -350,20 +350,14 @@ def device_split(r: Report) -> tuple[list[str], dict[str, list[float]]]:
     """Each device's window in ms, by `SPLIT_PARTS`: compute (busy with no collective
     running), communication under compute, exposed communication, waiting for other ranks
     inside collectives, and idle by cause (the first `MAX_STRIPS` devices); the parts add
-    up to the window. The wait is the
-    rank's (`communication.ranks`), shared between its devices by exposed communication and
-    taken out of the exposed part: a rank that waits for a straggler shows it here, where
-    the timeline's busy time hides it."""
-    waits = {x["rank"]: x["wait_ns"] or 0 for x in r.communication["ranks"]}
-    exposed_by_rank = Counter[int]()
-    for d in r.devices:
-        exposed_by_rank[d["rank"]] += d["exposed_comm_ns"]
+    up to the window. The wait is the device's (`comm_wait_ns`, from the analysis), drawn
+    inside its exposed communication: a rank that waits for a straggler shows it here,
+    where the timeline's busy time hides it."""
     parts: dict[str, list[float]] = {k: [] for k in SPLIT_PARTS}
     shown = r.devices[:MAX_STRIPS]
     for d in shown:
         exposed = d["exposed_comm_ns"]
-        total = exposed_by_rank[d["rank"]]
-        wait = min(waits.get(d["rank"], 0) * exposed / total, exposed) if total else 0.0
+        wait = min(d["comm_wait_ns"], exposed)
         parts["compute"].append(max(d["busy_ns"] - d["comm_ns"], 0) / 1e6)
         parts["comm_overlapped"].append(d["overlapped_comm_ns"] / 1e6)
         parts["comm_exposed"].append((exposed - wait) / 1e6)

@@ -12,6 +12,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import zipfile
 from pathlib import Path
@@ -24,6 +25,7 @@ from click.testing import CliRunner
 from tests.builders import kernel, launch, step, write_trace
 from tests.conftest import SAMPLES
 from traceanalyzer import batch as batch_mod
+from traceanalyzer import termination
 from traceanalyzer.batch import Options, run_batch
 from traceanalyzer.cli import cli
 from traceanalyzer.compare import load_report
@@ -315,6 +317,27 @@ def test_sigterm_removes_the_scratch_folder(tmp_path: Path, delay_s: float) -> N
     assert b"Traceback" not in err
     assert list(tmp.iterdir()) == []
     assert archive.is_file()
+
+
+def test_sigterm_from_another_thread_waits_for_the_hold() -> None:
+    """CI once saw a worker killed half-started: the signal reached a thread other than the
+    one whose mask held it back, and the main thread raised mid-spawn. The hold is a flag the
+    handler reads, so it holds whichever thread the signal lands on."""
+    previous = signal.getsignal(signal.SIGTERM)
+    termination.install()
+    try:
+        reached_end = False
+        with pytest.raises(termination.Terminated), termination.held():
+            sender = threading.Thread(target=os.kill, args=(os.getpid(), signal.SIGTERM))
+            sender.start()
+            sender.join()
+            for _ in range(1000):  # bytecodes run: the handler has had its chances
+                time.sleep(0)
+            reached_end = True
+        assert reached_end
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # a second one ends it
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def test_gpu_event_without_device_or_stream_is_dropped_and_counted(tmp_path: Path) -> None:

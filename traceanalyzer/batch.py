@@ -8,13 +8,11 @@ content hash and the tool version, so a rerun over a growing archive pays only f
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
 import os
 import re
-import signal
 import tempfile
 import time
 from collections import Counter
@@ -27,7 +25,7 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer import __version__
+from traceanalyzer import __version__, termination
 from traceanalyzer.config import Settings
 from traceanalyzer.errors import ConfigError, TraceAnalyzerError
 from traceanalyzer.readers.archives import DEFAULT_MAX_UNPACKED, Run, discover
@@ -276,14 +274,12 @@ def _execute(batch: list[Job], jobs: int | None, scheduler: str | None) -> Itera
     # polars thread pools per core would only contend (set before the children import it)
     saved = os.environ.get("POLARS_MAX_THREADS")
     os.environ["POLARS_MAX_THREADS"] = "1"
-    pool = ProcessPoolExecutor(
-        max_workers=workers, mp_context=get_context("spawn"), initializer=_unblock_sigterm
-    )
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"))
     try:
         # the workers start as the runs are submitted: a SIGTERM while one is being handed
         # its start-up data would leave it half-started (a traceback) and unknown to `_stop`,
-        # so the signal waits until every worker has started (they unblock it themselves)
-        with _sigterm_blocked():
+        # so the signal waits until every worker has been handed its start-up data
+        with termination.held():
             futures = [pool.submit(analyse_run, job) for job in batch]
         for future in as_completed(futures):
             yield future.result()
@@ -297,28 +293,6 @@ def _execute(batch: list[Job], jobs: int | None, scheduler: str | None) -> Itera
             os.environ.pop("POLARS_MAX_THREADS", None)
         else:
             os.environ["POLARS_MAX_THREADS"] = saved
-
-
-_SIGTERM = {signal.SIGTERM}
-
-
-@contextlib.contextmanager
-def _sigterm_blocked() -> Iterator[None]:
-    """SIGTERM held back for the duration (delivered on exit), where the OS allows it."""
-    if not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    signal.pthread_sigmask(signal.SIG_BLOCK, _SIGTERM)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGTERM)
-
-
-def _unblock_sigterm() -> None:
-    """Worker start-up: the worker inherits the blocked signal; let `_stop` end it."""
-    if hasattr(signal, "pthread_sigmask"):
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGTERM)
 
 
 def _stop(pool: ProcessPoolExecutor) -> None:

@@ -16,7 +16,7 @@ import click
 import orjson
 import polars as pl
 
-from traceanalyzer import __version__, api
+from traceanalyzer import __version__, api, termination
 from traceanalyzer.batch import Options, write_summary
 from traceanalyzer.compare import compare as compare_reports
 from traceanalyzer.compare import load_report
@@ -361,7 +361,7 @@ def _run(job: Callable[[], None], debug: bool) -> None:
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         sys.exit(130)
-    except Terminated:
+    except termination.Terminated:
         click.echo("terminated", err=True)
         sys.exit(128 + signal.SIGTERM)
     except BrokenPipeError:
@@ -418,15 +418,6 @@ def run_batch_with_progress(args: list[str], out_dir: Path, **options: Any) -> p
         return run_batch(args, out_dir, on_result=step, **options)
 
 
-class Terminated(BaseException):
-    """SIGTERM arrived: unwind (temporary folders and partial outputs are removed on the way)."""
-
-
-def _terminated(signum: int, frame: object) -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
-    raise Terminated
-
-
 def main() -> None:
     """Console-script entry point.
 
@@ -435,7 +426,7 @@ def main() -> None:
     report of a 1 GB trace was already written. Every output is written and closed by then
     (reports are renamed into place by `write_text_atomic`); the streams are flushed here.
     """
-    signal.signal(signal.SIGTERM, _terminated)
+    termination.install()
     try:
         cli(prog_name="traceanalyzer")
         code = 0

@@ -87,8 +87,8 @@ def analyze(
 
     The execution policy lives here, and only here (docs/architecture.md, "Where work runs
     in parallel"): the critical path's tables are built first, while few other large frames
-    are held (they need the most memory of all); its per-step paths (networkx and Python,
-    one core) are then solved on a thread beside the other analyses, whose polars plans
+    are held (they need the most memory of all); its paths (compiled loops, one core, see
+    longest_path) are then solved on a thread beside the other analyses, whose polars plans
     (`PLAN`, collected together) leave the other core partly idle. The thread reads only the
     tables built for it.
     """

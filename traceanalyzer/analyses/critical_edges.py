@@ -6,6 +6,7 @@ weights are described in `critical_graph`'s docstring; the nodes come from
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 #: Kinds an edge's time is charged to (`gpu_*` make up gpu_compute; `cpu_launch` is cpu).
@@ -401,18 +402,44 @@ def bind(edges: pl.DataFrame) -> pl.DataFrame:
     Binding: the least slack (`gap - work`), ties broken by role order then source node.
     Weights are never negative: a gap below zero (clocks of host and device that disagree
     by a little) counts as zero, so the path may come out a little longer than the step.
+    Output columns: step, u, v, owner, role, work_kind, slack_kind, binding, weight_ns,
+    work_part_ns, slack_part_ns; sorted by step, u, v.
     """
     gap = pl.col("gap_ns").clip(lower_bound=0)
     work = pl.col("work_ns").clip(lower_bound=0)
-    return (
-        edges.with_columns(slack=pl.col("gap_ns") - pl.col("work_ns"))
-        .sort("v", "slack", pl.col("role").to_physical(), "u")
-        .with_columns(binding=pl.int_range(pl.len()).over("v") == 0)
-        .with_columns(
-            weight_ns=pl.when(pl.col("binding")).then(gap).otherwise(pl.min_horizontal(work, gap))
+    # the binding edge of each node: the first of its run after one narrow multi-key sort
+    by_node = edges.select(
+        pl.arg_sort_by(
+            "v",
+            pl.col("gap_ns") - pl.col("work_ns"),
+            pl.col("role").to_physical(),
+            "u",
+            maintain_order=True,
         )
+    ).to_series()
+    v_sorted = edges["v"].gather(by_node)
+    firsts = by_node.filter(v_sorted.ne_missing(v_sorted.shift(1)))
+    binding = np.zeros(edges.height, np.bool_)
+    binding[firsts.to_numpy()] = True
+    weight = pl.when(pl.col("binding")).then(gap).otherwise(pl.min_horizontal(work, gap))
+    return (
+        edges.lazy()
+        .with_columns(binding=pl.Series(binding))
+        .with_columns(weight_ns=weight)
         .with_columns(work_part_ns=pl.min_horizontal(work, pl.col("weight_ns")))
-        .with_columns(slack_part_ns=pl.col("weight_ns") - pl.col("work_part_ns"))
-        .drop("slack")
-        .sort("step", "u", "v")
+        .select(
+            "step",
+            "u",
+            "v",
+            "owner",
+            "role",
+            "work_kind",
+            "slack_kind",
+            "binding",
+            "weight_ns",
+            "work_part_ns",
+            slack_part_ns=pl.col("weight_ns") - pl.col("work_part_ns"),
+        )
+        .sort("step", "u", "v", maintain_order=True)
+        .collect()
     )

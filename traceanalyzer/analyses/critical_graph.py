@@ -1,7 +1,7 @@
 """Critical-path graph: the node and edge tables of each step's dependency graph.
 
 Analyses stage; `critical_path.py` runs the longest path over these tables. Everything here
-is polars: one table of edges for every step at once, handed to networkx step by step. This
+is polars: one table of edges for every step at once, solved by `longest_path`. This
 module makes the nodes (see `NodeIds`) and the step windows; `critical_edges` makes the
 edges of each role and marks the binding ones; `critical_path` solves.
 

@@ -1,8 +1,8 @@
 """Critical path of each step: what bounds step time, and what a fix would save.
 
 Analyses stage. `critical_graph.build_tables` builds the dependency graph of every step as
-polars tables; this module hands each step's graph to networkx (for its topological order),
-runs the longest path from the step's job source to each rank's sink, charges the time of
+polars tables; this module runs the longest path (`longest_path`: compiled loops over all
+steps' edges at once) from each step's job source to each rank's sink, charges the time of
 every path edge to a kind, and recomputes the longest path with re-weighted edges for the
 what-if scenarios.
 
@@ -27,23 +27,20 @@ recorded before its start counts zero, not negative): then the path is a little 
 
 from __future__ import annotations
 
-import gc
-import importlib
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import polars as pl
 
-from traceanalyzer.analyses.critical_edges import EDGE_KINDS
+from traceanalyzer.analyses import longest_path
+from traceanalyzer.analyses.critical_edges import EDGE_KINDS, ROLES
 from traceanalyzer.analyses.critical_graph import (
     CROSS_STREAM_MAX_NS,
     GraphTables,
     build_tables,
 )
 from traceanalyzer.analyses.devices import share
+from traceanalyzer.analyses.longest_path import I64
 from traceanalyzer.model import Timeline
 
 #: The contract's `by_kind` keys, in order.
@@ -61,27 +58,21 @@ _KIND_OF_EDGE_KIND: dict[str, str] = {
     "idle": "idle",
 }
 
-_NEG = -(1 << 62)
-
-if TYPE_CHECKING:
-    import networkx as nx
-
-
-def _nx() -> Any:
-    """networkx, imported on first use (0.13 s): `preload` starts it early, on a thread."""
-    return importlib.import_module("networkx")
-
-
-_preloading: list[threading.Thread] = []
+_NEG = longest_path.NEG
 
 
 def preload() -> None:
-    """Start importing networkx on a thread, once: called before a trace is read, its import
-    overlaps the read (whose threads leave the interpreter mostly free) instead of adding
-    to the time after it."""
+    """Start loading the compiled longest-path loops on a thread, once: called before a
+    trace is read, numba's import and cache load overlap the read instead of adding to the
+    time after it."""
     if not _preloading:
-        _preloading.append(threading.Thread(target=_nx, name="import-networkx", daemon=True))
-        _preloading[0].start()
+        _preloading.append(True)
+        longest_path.preload()
+
+
+_preloading: list[bool] = []
+
+_WHAT_IF_SCHEMA = {"rank": pl.Int32, "step": pl.Int64, "scenario": pl.String, "saved_ns": pl.Int64}
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,27 +186,44 @@ class Prepared:
     scenarios: tuple[Scenario, ...]
 
     def solve(self) -> CriticalPaths:
-        """Each step's path and what-ifs (networkx and Python, one step at a time)."""
+        """Every step's path and what-ifs: one pass over all steps' edges per weighting
+        (the steps' graphs share no node, so each step's job source starts its own)."""
         tables = self.tables
         if tables is None:
             return _empty()
-        weights = {s.name: scenario_weights(s) for s in self.scenarios}
-        edges = tables.edges.with_columns(**weights) if weights else tables.edges
-        names = [s.name for s in self.scenarios]
-        path_parts: list[pl.DataFrame] = []
-        saved_parts: list[pl.DataFrame] = []
-        with _gc_paused():
-            steps = edges.partition_by("step", as_dict=True, maintain_order=True)
-            for (step,), es in steps.items():
-                wins = tables.windows.filter(pl.col("step") == step)
-                job = int(tables.jobs.filter(pl.col("step") == step)["job"].item())
-                path, saved = _step_paths(es, wins, job, names)
-                path_parts.append(path)
-                saved_parts.append(saved)
-        path = pl.concat(path_parts)
+        edges = tables.edges
+        u = edges["u"].to_numpy()
+        v = edges["v"].to_numpy()
+        binding = edges["binding"].to_numpy()
+        n = tables.node_count
+        sources = tables.jobs["job"].to_numpy()
+        order = longest_path.topological_edges(u, v, n)
+
+        def solve(weights: I64) -> tuple[I64, I64]:
+            return longest_path.longest(order, u, v, weights, binding, n, sources)
+
+        dist, pred = solve(edges["weight_ns"].to_numpy())
+        wins = tables.windows.join(tables.jobs, on="step")
+        wins = wins.with_columns(
+            lo=pl.Series(dist[wins["source"].to_numpy()]),
+            hi=pl.Series(dist[wins["sink"].to_numpy()]),
+        ).filter(pl.col("hi") != _NEG)
+        chains = [
+            pl.DataFrame(
+                {"e": longest_path.walk(pred, u, dist, w["sink"], w["job"], w["lo"])}
+            ).with_columns(
+                rank=pl.lit(w["rank"], pl.Int32),
+                step=pl.lit(w["step"], pl.Int64),
+                lo=pl.lit(w["lo"], pl.Int64),
+                hi=pl.lit(w["hi"], pl.Int64),
+            )
+            for w in wins.iter_rows(named=True)
+        ]
+        path = _clip(pl.concat(chains), edges, dist, u) if chains else _empty_path()
+        saved = _saved(wins, {s.name: solve(scenario_weights(edges, s))[0] for s in self.scenarios})
         return CriticalPaths(
             steps=_compose(tables, path),
-            what_if=pl.concat(saved_parts).sort("rank", "step", "scenario"),
+            what_if=saved.sort("rank", "step", "scenario"),
             path=path,
         )
 
@@ -242,145 +250,79 @@ def prepare(
     return Prepared(tables, scenarios)
 
 
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """No cyclic garbage collection inside: the graphs and lists of a step are many small
-    objects, freed by reference counting, and the collector's passes over them took about
-    a third of the critical path's time (263 collections in one analysis of a 200 MB trace)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def scenario_weights(scenario: Scenario) -> pl.Expr:
-    """The edge weights under `scenario`: work and slack parts scaled by their kinds' factors;
-    edges of a dropped role weigh nothing (they are left out of the longest path)."""
+def scenario_weights(edges: pl.DataFrame, scenario: Scenario) -> I64:
+    """The edge weights under `scenario`: work and slack parts scaled by their kinds' factors
+    (rounded half to even); edges of a dropped role weigh NEG (left out of the longest path)."""
     factors = dict(scenario.factors)
-    work = _scaled(pl.col("work_part_ns"), pl.col("work_kind"), factors)
-    slack = _scaled(pl.col("slack_part_ns"), pl.col("slack_kind"), factors)
-    dropped = pl.col("role").cast(pl.String).is_in(list(scenario.drop))
-    return pl.when(dropped).then(pl.lit(_NEG)).otherwise(work + slack).cast(pl.Int64)
+    by_kind = np.array([factors.get(k, 1.0) for k in EDGE_KINDS])
 
+    def scaled(ns: str, kind: str) -> I64:
+        codes = edges[kind].to_physical().to_numpy()
+        scaled_ns: I64 = np.rint(edges[ns].to_numpy() * by_kind[codes]).astype(np.int64)
+        return scaled_ns
 
-def _scaled(ns: pl.Expr, kind: pl.Expr, factors: dict[str, float]) -> pl.Expr:
-    factor = kind.cast(pl.String).replace_strict(factors, default=1.0, return_dtype=pl.Float64)
-    return (ns * factor).round().cast(pl.Int64)
-
-
-def step_graph(edges: pl.DataFrame, weight: str = "weight_ns") -> nx.DiGraph:
-    """One step's graph in networkx: edges u → v with attribute `weight` (ns)."""
-    graph = _nx().DiGraph()
-    graph.add_weighted_edges_from(edges.select("u", "v", weight).iter_rows(), weight="weight")
-    return graph
-
-
-def _step_paths(
-    es: pl.DataFrame, wins: pl.DataFrame, job: int, scenarios: list[str]
-) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The path of each rank of one step, and each scenario's saving."""
-    graph = step_graph(es)
-    nodes: list[int] = list(_nx().topological_sort(graph))
-    graph.clear()  # a graph's views refer back to it: free its many dicts now, not in a GC pass
-    positions = list(range(len(nodes)))
-    # one plan, one collect: a step's small eager frame operations cost more in overhead
-    # than in work
-    local = (
-        es.lazy()
-        .with_row_index("e")
-        .with_columns(
-            pu=pl.col("u").replace_strict(nodes, positions, return_dtype=pl.Int64),
-            pv=pl.col("v").replace_strict(nodes, positions, return_dtype=pl.Int64),
-        )
-        .sort("pu", "e")
-        .collect()
+    dropped = np.isin(
+        edges["role"].to_physical().to_numpy(), [ROLES.index(r) for r in scenario.drop]
     )
-    n = len(nodes)
-    lookup = dict(zip(nodes, positions, strict=True))
-    start = lookup[job]
-    us: list[int] = local["pu"].to_list()
-    vs: list[int] = local["pv"].to_list()
-    binding: list[bool] = local["binding"].to_list()
-    dist, pred = _longest(us, vs, local["weight_ns"].to_list(), binding, n, start)
-    ranks = wins.rows(named=True)
-    recomputed = {
-        name: _longest(us, vs, local[name].to_list(), binding, n, start)[0] for name in scenarios
-    }
-    saved_rows: list[tuple[int, int, str, int]] = []
-    parts: list[pl.DataFrame] = []
-    for w in ranks:
-        src, snk = lookup.get(w["source"]), lookup.get(w["sink"])
-        if src is None or snk is None or dist[snk] == _NEG:
-            continue
-        lo, hi = dist[src], dist[snk]
-        chain: list[int] = []
-        node = snk
-        while node != start and pred[node] >= 0 and dist[node] > lo:
-            chain.append(pred[node])
-            node = us[pred[node]]
-        chain.reverse()
-        picked = local[chain].with_columns(
-            d_u=pl.Series([dist[us[e]] for e in chain], dtype=pl.Int64)
-        )
-        parts.append(_clip(picked, w["rank"], w["step"], lo, hi))
-        for name, d2 in recomputed.items():
-            after = d2[snk] - d2[src] if d2[snk] != _NEG else 0
-            saved_rows.append((w["rank"], w["step"], name, max(0, (hi - lo) - after)))
-    saved = pl.DataFrame(
-        saved_rows,
-        schema={"rank": pl.Int32, "step": pl.Int64, "scenario": pl.String, "saved_ns": pl.Int64},
-        orient="row",
-    )
-    return (pl.concat(parts) if parts else _empty_path()), saved
+    weighed = scaled("work_part_ns", "work_kind") + scaled("slack_part_ns", "slack_kind")
+    weights: I64 = np.where(dropped, _NEG, weighed).astype(np.int64)
+    return weights
 
 
-def _longest(
-    us: list[int], vs: list[int], ws: list[int], binding: list[bool], n: int, start: int
-) -> tuple[list[int], list[int]]:
-    """Longest distances from `start` over edges sorted by their source's topological
-    position, and each node's best incoming edge (a binding edge wins a tie)."""
-    dist = [_NEG] * n
-    pred = [-1] * n
-    dist[start] = 0
-    for e, u in enumerate(us):
-        du = dist[u]
-        w = ws[e]
-        if du == _NEG or w == _NEG:
-            continue
-        d = du + w
-        v = vs[e]
-        dv = dist[v]
-        if d > dv or (d == dv and binding[e]):
-            dist[v] = d
-            pred[v] = e
-    return dist, pred
-
-
-def _clip(picked: pl.DataFrame, rank: int, step: int, lo: int, hi: int) -> pl.DataFrame:
-    """The path edges' time inside [lo, hi] (path units), work part first then slack."""
+def _clip(chains: pl.DataFrame, edges: pl.DataFrame, dist: I64, u: I64) -> pl.DataFrame:
+    """The path edges' time inside each window's [lo, hi] (path units), work part first then
+    slack. `chains`: e (edge index), rank, step, lo, hi, in path order per (rank, step)."""
+    e = chains["e"].to_numpy()
+    picked = pl.concat(
+        [
+            chains,
+            edges[e].select(
+                "owner", "role", "work_kind", "slack_kind", "work_part_ns", "weight_ns"
+            ),
+        ],
+        how="horizontal",
+    ).with_columns(d_u=pl.Series(dist[u[e]], dtype=pl.Int64))
+    lo, hi = pl.col("lo"), pl.col("hi")
     start = pl.col("d_u")
     work_end = start + pl.col("work_part_ns")
     end = start + pl.col("weight_ns")
     inside = (pl.min_horizontal(end, hi) - pl.max_horizontal(start, lo)).clip(lower_bound=0)
     work_in = (pl.min_horizontal(work_end, hi) - pl.max_horizontal(start, lo)).clip(lower_bound=0)
-    return (
-        picked.with_row_index("seq")
-        .select(
-            rank=pl.lit(rank, pl.Int32),
-            step=pl.lit(step, pl.Int64),
-            seq=pl.col("seq").cast(pl.Int64),
-            owner="owner",
-            role="role",
-            work_kind="work_kind",
-            slack_kind="slack_kind",
-            work_ns=pl.min_horizontal(work_in, inside).cast(pl.Int64),
-            slack_ns=(inside - pl.min_horizontal(work_in, inside)).cast(pl.Int64),
-        )
-        .filter((pl.col("work_ns") > 0) | (pl.col("slack_ns") > 0) | (pl.col("owner") == rank))
+    return picked.select(
+        "rank",
+        "step",
+        seq=pl.int_range(pl.len()).over("rank", "step").cast(pl.Int64),
+        owner="owner",
+        role="role",
+        work_kind="work_kind",
+        slack_kind="slack_kind",
+        work_ns=pl.min_horizontal(work_in, inside).cast(pl.Int64),
+        slack_ns=(inside - pl.min_horizontal(work_in, inside)).cast(pl.Int64),
+    ).filter(
+        (pl.col("work_ns") > 0) | (pl.col("slack_ns") > 0) | (pl.col("owner") == pl.col("rank"))
     )
+
+
+def _saved(wins: pl.DataFrame, recomputed: dict[str, I64]) -> pl.DataFrame:
+    """What each scenario saves per (rank, step): the path before minus the path after,
+    recomputed with the scenario's weights (`recomputed`: its distances; never below 0)."""
+    source = wins["source"].to_numpy()
+    sink = wins["sink"].to_numpy()
+    parts = [
+        wins.select(
+            "rank",
+            "step",
+            scenario=pl.lit(name),
+            saved_ns=(
+                (pl.col("hi") - pl.col("lo"))
+                - pl.Series(np.where(d2[sink] != _NEG, d2[sink] - d2[source], 0))
+            ).clip(lower_bound=0),
+        )
+        for name, d2 in recomputed.items()
+    ]
+    if not parts:
+        return pl.DataFrame(schema=_WHAT_IF_SCHEMA)
+    return pl.concat(parts).cast(_WHAT_IF_SCHEMA)  # type: ignore[arg-type]
 
 
 def _compose(tables: GraphTables, path: pl.DataFrame) -> pl.DataFrame:

@@ -1,0 +1,174 @@
+"""Longest paths in the critical-path graph: compiled loops over integer arrays.
+
+Analyses stage, the solver under `critical_path`. The graph of every analysed step is one
+edge list (`u` → `v`, integer node ids; the steps' graphs share no node), and the longest
+path from each step's job source is a dynamic programme over the edges in topological
+order: one pass per weighting (the trace's own, then each what-if). These are the loops
+that must not run in Python: a step of 10^6 kernels has about 6 * 10^6 edges, and seven
+passes over them are 4 * 10^7 updates. numba compiles them once (cached on disk).
+
+Ties: of a node's incoming edges that reach its longest distance, a binding edge is its
+predecessor, then the lowest edge index; the choice never depends on the topological order
+found.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+#: Minus infinity of the distances, and the weight of an edge left out of a what-if.
+NEG = -(1 << 62)
+
+I64 = npt.NDArray[np.int64]
+
+_compiled: dict[str, Callable[..., Any]] = {}
+_lock = threading.Lock()
+
+
+class CycleError(ValueError):
+    """The graph has a cycle: no longest path (a bug in the graph's construction)."""
+
+
+def _kernels() -> dict[str, Callable[..., Any]]:
+    """The compiled functions (numba imported and the cache loaded on first use)."""
+    with _lock:
+        if not _compiled:
+            _compiled.update(_compile())
+    return _compiled
+
+
+def preload() -> None:
+    """Import numba and load the compiled functions on a thread (see critical_path.preload)."""
+    threading.Thread(target=_kernels, name="compile-longest-path", daemon=True).start()
+
+
+def _compile() -> dict[str, Callable[..., Any]]:
+    import numba
+
+    def njit(function: Callable[..., Any]) -> Callable[..., Any]:
+        try:  # compiled once per installation, into __pycache__ or the user's cache folder
+            return numba.njit(cache=True, nogil=True)(function)
+        except RuntimeError:  # no writable cache location: compile in each process
+            return numba.njit(nogil=True)(function)
+
+    @njit
+    def topological_edges(u: I64, v: I64, n: int) -> I64:
+        """The edges in an order where every edge comes after every edge into its source
+        (Kahn's algorithm; within one source, by edge index). Empty result: a cycle."""
+        m = u.shape[0]
+        indeg = np.zeros(n, np.int64)
+        first = np.zeros(n + 1, np.int64)
+        for e in range(m):
+            indeg[v[e]] += 1
+            first[u[e] + 1] += 1
+        for i in range(n):
+            first[i + 1] += first[i]
+        out = np.empty(m, np.int64)
+        fill = first[:-1].copy()
+        for e in range(m):
+            out[fill[u[e]]] = e
+            fill[u[e]] += 1
+        queue = np.empty(n, np.int64)
+        tail = 0
+        for i in range(n):
+            if indeg[i] == 0:
+                queue[tail] = i
+                tail += 1
+        order = np.empty(m, np.int64)
+        k = 0
+        head = 0
+        while head < tail:
+            node = queue[head]
+            head += 1
+            for j in range(first[node], first[node + 1]):
+                e = out[j]
+                order[k] = e
+                k += 1
+                w = v[e]
+                indeg[w] -= 1
+                if indeg[w] == 0:
+                    queue[tail] = w
+                    tail += 1
+        if tail < n:
+            return np.empty(0, np.int64)
+        return order
+
+    @njit
+    def longest(
+        order: I64, u: I64, v: I64, w: I64, binding: npt.NDArray[np.bool_], n: int, sources: I64
+    ) -> tuple[I64, I64]:
+        """Longest distance of every node from `sources` (0 there), and its predecessor
+        edge (-1: none). Edges of weight NEG are left out."""
+        dist = np.full(n, NEG, np.int64)
+        pred = np.full(n, -1, np.int64)
+        for s in sources:
+            dist[s] = 0
+        for e in order:
+            du = dist[u[e]]
+            we = w[e]
+            if du == NEG or we == NEG:
+                continue
+            d = du + we
+            x = v[e]
+            dx = dist[x]
+            if d > dx:
+                dist[x] = d
+                pred[x] = e
+            elif d == dx:
+                p = pred[x]
+                if p < 0 or (binding[e] and not binding[p]) or (binding[e] == binding[p] and e < p):
+                    pred[x] = e
+        return dist, pred
+
+    @njit
+    def walk(pred: I64, u: I64, dist: I64, sink: int, stop: int, lo: int) -> I64:
+        """The edges of the path into `sink`, first to last, back to `stop` or to the first
+        node at distance `lo` or less."""
+        chain = []
+        node = sink
+        while node != stop and pred[node] >= 0 and dist[node] > lo:
+            e = pred[node]
+            chain.append(e)
+            node = u[e]
+        res = np.empty(len(chain), np.int64)
+        for i in range(len(chain)):
+            res[i] = chain[len(chain) - 1 - i]
+        return res
+
+    return {"topological_edges": topological_edges, "longest": longest, "walk": walk}
+
+
+def _ints(a: npt.NDArray[Any]) -> I64:
+    """A writable, contiguous int64 array (one compiled signature for every caller; polars
+    hands out read-only views)."""
+    return np.require(a, np.int64, ["C", "W"])
+
+
+def topological_edges(u: I64, v: I64, n: int) -> I64:
+    """Edge indices in topological order of their sources (raises CycleError on a cycle)."""
+    order: I64 = _kernels()["topological_edges"](_ints(u), _ints(v), n)
+    if order.shape[0] != u.shape[0]:
+        raise CycleError("the critical-path graph has a cycle")
+    return order
+
+
+def longest(
+    order: I64, u: I64, v: I64, w: I64, binding: npt.NDArray[np.bool_], n: int, sources: I64
+) -> tuple[I64, I64]:
+    """Longest distances from `sources` and predecessor edges (see the module docstring)."""
+    flags = np.require(binding, np.bool_, ["C", "W"])
+    dist, pred = _kernels()["longest"](
+        _ints(order), _ints(u), _ints(v), _ints(w), flags, n, _ints(sources)
+    )
+    return dist, pred
+
+
+def walk(pred: I64, u: I64, dist: I64, sink: int, stop: int, lo: int) -> I64:
+    """The path's edges into `sink`, in order (see `longest`)."""
+    chain: I64 = _kernels()["walk"](_ints(pred), _ints(u), _ints(dist), sink, stop, lo)
+    return chain

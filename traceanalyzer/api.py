@@ -17,12 +17,14 @@ from traceanalyzer.model import Timeline
 from traceanalyzer.readers import read
 from traceanalyzer.render import pick, write_report
 from traceanalyzer.report import Report, build_report
-from traceanalyzer.rules import Context, Severity, run_rules
+from traceanalyzer.rules import Context, Finding, Severity, run_rules
+from traceanalyzer.timings import stage
 
 
 def load(path: str | Path, export_dir: Path | None = None) -> Timeline:
     """Read a trace file or a folder of per-rank files (`export_dir`: see `readers.read`)."""
-    return read(path, export_dir)
+    with stage("read"):
+        return read(path, export_dir)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,11 +77,23 @@ def run(
         launch_gap_max_ns=launch_gap_max_ns,
         all_steps=all_steps,
     )
-    ctx = context(metrics, timeline)
-    findings = run_rules(ctx, settings or Settings())
+    with stage("rules"):
+        ctx = context(metrics, timeline)
+        findings = run_rules(ctx, settings or Settings())
+    with stage("report"):
+        rep = _report(timeline, metrics, findings, ctx, per_rank(metrics.critical_steps))
+    return Analysis(timeline, metrics, rep)
+
+
+def _report(
+    timeline: Timeline,
+    metrics: Metrics,
+    findings: list[Finding],
+    ctx: Context,
+    paths: pl.DataFrame,
+) -> Report:
     totals = dict(metrics.steps.group_by("rank").agg(pl.col("step").n_unique()).iter_rows())
-    paths = per_rank(metrics.critical_steps)
-    rep = build_report(
+    return build_report(
         timeline.meta,
         metrics,
         tool_version=__version__,
@@ -98,7 +112,6 @@ def run(
             for r in paths.iter_rows(named=True)
         ],
     )
-    return Analysis(timeline, metrics, rep)
 
 
 def context(metrics: Metrics, timeline: Timeline) -> Context:
@@ -128,7 +141,8 @@ def gate(rep: Report, settings: Settings) -> bool:
 
 def write(rep: Report, fmt: str | None = None, out: str | None = None) -> None:
     """Render a report to `out` (stdout when None or '-') in `fmt` (or by out's suffix)."""
-    write_report(rep, pick(fmt, out), out)
+    with stage("output"):
+        write_report(rep, pick(fmt, out), out)
 
 
 __all__ = ["Analysis", "analyze", "build_report", "gate", "load", "report", "run", "write"]

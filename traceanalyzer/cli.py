@@ -16,7 +16,7 @@ import click
 import orjson
 import polars as pl
 
-from traceanalyzer import __version__, api, termination
+from traceanalyzer import __version__, api, termination, timings
 from traceanalyzer.batch import Options, write_summary
 from traceanalyzer.compare import compare as compare_reports
 from traceanalyzer.compare import load_report
@@ -436,6 +436,8 @@ def main() -> None:
         else:
             print(exc.code, file=sys.stderr)
             code = 1
+    with contextlib.suppress(BrokenPipeError, ValueError):
+        timings.print_lines()
     for stream in (sys.stdout, sys.stderr):
         # `| head` may have closed the pipe, or the stream may be closed already
         with contextlib.suppress(BrokenPipeError, ValueError):

@@ -58,22 +58,66 @@ def _random_dag(rng: random.Random, n: int, m: int) -> tuple[list[int], list[int
     return [a for a, _ in pairs], [b for _, b in pairs]
 
 
+def _weights(edges: longest_path.Edges, weighting: longest_path.Weighting) -> list[int]:
+    """Each edge's weight, by a plain loop: parts scaled by their kinds' factors and rounded
+    half to even (Python's round), NEG for a dropped role."""
+    f = weighting.kind_factor.tolist()
+    dropped = weighting.role_dropped.tolist()
+    return [
+        NEG if dropped[r] else round(w * f[wk]) + round(s * f[sk])
+        for w, s, wk, sk, r in zip(
+            edges.work.tolist(),
+            edges.slack.tolist(),
+            edges.work_kind.tolist(),
+            edges.slack_kind.tolist(),
+            edges.role.tolist(),
+            strict=True,
+        )
+    ]
+
+
+def _check(
+    edges: longest_path.Edges, weighting: longest_path.Weighting, n: int, sources: list[int]
+) -> None:
+    order = longest_path.topological_edges(edges.u, edges.v, n)
+    dist, pred = longest_path.longest(order, edges, weighting, n, np.array(sources, np.int64))
+    want_dist, want_pred = _reference(
+        edges.u.tolist(),
+        edges.v.tolist(),
+        _weights(edges, weighting),
+        edges.binding.tolist(),
+        n,
+        sources,
+    )
+    assert dist.tolist() == want_dist
+    assert pred.tolist() == want_pred
+
+
 @pytest.mark.parametrize("seed", range(30))
 def test_random_graphs_match_the_reference(seed: int) -> None:
     rng = random.Random(seed)
     n = rng.randint(2, 40)
     u, v = _random_dag(rng, n, rng.randint(1, 120))
-    w = [rng.choice([0, 0, 1, 2, 5, 10, NEG]) for _ in u]  # many ties
-    binding = [rng.random() < 0.3 for _ in u]
-    sources = rng.sample(range(n), rng.randint(1, 3))
-    ua, va = np.array(u, np.int64), np.array(v, np.int64)
-    order = longest_path.topological_edges(ua, va, n)
-    dist, pred = longest_path.longest(
-        order, ua, va, np.array(w, np.int64), np.array(binding), n, np.array(sources, np.int64)
+    m = len(u)
+
+    def ints(values: list[int]) -> np.ndarray:
+        return np.array(values, np.int64)
+
+    edges = longest_path.Edges(
+        u=ints(u),
+        v=ints(v),
+        work=ints([rng.choice([0, 1, 3, 5]) for _ in range(m)]),  # odd: halves round
+        slack=ints([rng.choice([0, 0, 1, 2, 7]) for _ in range(m)]),
+        work_kind=ints([rng.randrange(3) for _ in range(m)]),
+        slack_kind=ints([rng.randrange(3) for _ in range(m)]),
+        role=ints([rng.randrange(3) for _ in range(m)]),
+        binding=np.array([rng.random() < 0.3 for _ in range(m)]),
     )
-    want_dist, want_pred = _reference(u, v, w, binding, n, sources)
-    assert dist.tolist() == want_dist
-    assert pred.tolist() == want_pred
+    weighting = longest_path.Weighting(
+        kind_factor=np.array([rng.choice([0.0, 0.5, 1.0, 1.5]) for _ in range(3)]),
+        role_dropped=np.array([rng.random() < 0.2 for _ in range(3)]),
+    )
+    _check(edges, weighting, n, rng.sample(range(n), rng.randint(1, 3)))
 
 
 def test_a_cycle_is_an_error() -> None:
@@ -85,13 +129,21 @@ def test_a_cycle_is_an_error() -> None:
 
 def test_walk_returns_the_path_in_order() -> None:
     # 0 -> 1 -> 2 -> 3 with a shortcut 0 -> 3 that is shorter
-    u = np.array([0, 1, 2, 0], np.int64)
-    v = np.array([1, 2, 3, 3], np.int64)
-    w = np.array([1, 1, 1, 2], np.int64)
-    order = longest_path.topological_edges(u, v, 4)
-    dist, pred = longest_path.longest(order, u, v, w, np.zeros(4, bool), 4, np.array([0]))
-    assert longest_path.walk(pred, u, dist, 3, 0, 0).tolist() == [0, 1, 2]
-    assert longest_path.walk(pred, u, dist, 3, 0, 1).tolist() == [1, 2]  # from distance 1 on
+    edges = longest_path.Edges(
+        u=np.array([0, 1, 2, 0], np.int64),
+        v=np.array([1, 2, 3, 3], np.int64),
+        work=np.array([1, 1, 1, 2], np.int64),
+        slack=np.zeros(4, np.int64),
+        work_kind=np.zeros(4, np.int64),
+        slack_kind=np.zeros(4, np.int64),
+        role=np.zeros(4, np.int64),
+        binding=np.zeros(4, bool),
+    )
+    as_is = longest_path.Weighting(np.ones(1), np.zeros(1, bool))
+    order = longest_path.topological_edges(edges.u, edges.v, 4)
+    dist, pred = longest_path.longest(order, edges, as_is, 4, np.array([0]))
+    assert longest_path.walk(pred, edges.u, dist, 3, 0, 0).tolist() == [0, 1, 2]
+    assert longest_path.walk(pred, edges.u, dist, 3, 0, 1).tolist() == [1, 2]  # from 1 on
 
 
 def _real_traces() -> list[Path]:
@@ -115,23 +167,14 @@ def test_real_trace_graphs_match_the_reference(path: Path) -> None:
     ).collect()
     tables = critical_path.prepare(timeline, markers, idle.sync_calls(timeline).collect()).tables
     assert tables is not None and tables.edges.height > 1000
-    edges = tables.edges
-    u, v = edges["u"].to_numpy(), edges["v"].to_numpy()
-    binding = edges["binding"].to_numpy()
-    sources = tables.jobs["job"].to_numpy()
-    order = longest_path.topological_edges(u, v, tables.node_count)
-    weightings = [edges["weight_ns"].to_numpy()] + [
-        critical_path.scenario_weights(edges, s) for s in critical_path.SCENARIOS
-    ]
-    for weights in weightings:
-        dist, pred = longest_path.longest(order, u, v, weights, binding, tables.node_count, sources)
-        want_dist, want_pred = _reference(
-            u.tolist(),
-            v.tolist(),
-            weights.tolist(),
-            binding.tolist(),
+    edges = longest_path.Edges.of(tables.edges)
+    assert _weights(edges, critical_path.weighting(critical_path.Scenario("as is", ()))) == (
+        tables.edges["weight_ns"].to_list()
+    )
+    for scenario in critical_path.SCENARIOS:
+        _check(
+            edges,
+            critical_path.weighting(scenario),
             tables.node_count,
-            sources.tolist(),
+            tables.jobs["job"].to_list(),
         )
-        assert dist.tolist() == want_dist
-        assert pred.tolist() == want_pred

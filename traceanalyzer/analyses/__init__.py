@@ -28,6 +28,7 @@ from traceanalyzer.analyses import (
 from traceanalyzer.analyses.metrics import Metrics
 from traceanalyzer.errors import ConfigError, NoGpuEventsError
 from traceanalyzer.model import Timeline
+from traceanalyzer.timings import stage
 
 DEFAULT_TOP_KERNELS = 10
 
@@ -94,21 +95,40 @@ def analyze(
     """
     if timeline.gpu_work().select(pl.len()).collect().item() == 0:
         raise no_gpu_events(timeline)
-    markers, keys, state = _steady_steps(timeline, step_pattern, all_steps)
-    syncs = idle.sync_calls(timeline).collect().lazy()
-    prepared = critical_path.prepare(
-        timeline,
-        markers.collect(),
-        syncs.collect(),
-        work=windows.linked_work(timeline, markers, keys, windows.CRITICAL_PATH_COLUMNS),
-    )
+    with stage("analyze: steady steps"):
+        markers, keys, state = _steady_steps(timeline, step_pattern, all_steps)
+        syncs = idle.sync_calls(timeline).collect().lazy()
+    with stage("analyze: critical path, tables"):
+        prepared = critical_path.prepare(
+            timeline,
+            markers.collect(),
+            syncs.collect(),
+            work=_linked_work(timeline, markers, keys),
+        )
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="critical-path")
-    solving = pool.submit(prepared.solve)
+    solving = pool.submit(_timed_solve, prepared)
     pool.shutdown(wait=False)
     del prepared
-    shared = _windowed(timeline, markers, keys, state, syncs, launch_gap_max_ns)
-    results = dict(zip(PLAN, pl.collect_all([make(shared) for make in PLAN.values()]), strict=True))
-    return _assemble(shared, results, solving.result(), top_n)
+    with stage("analyze: windows"):
+        shared = _windowed(timeline, markers, keys, state, syncs, launch_gap_max_ns)
+    with stage("analyze: plan"):
+        collected = pl.collect_all([make(shared) for make in PLAN.values()])
+    results = dict(zip(PLAN, collected, strict=True))
+    paths = solving.result()
+    with stage("analyze: assemble"):
+        return _assemble(shared, results, paths, top_n)
+
+
+def _linked_work(
+    timeline: Timeline, markers: pl.LazyFrame, keys: pl.DataFrame | None
+) -> pl.DataFrame:
+    with stage("analyze: critical path, tables: linked work"):
+        return windows.linked_work(timeline, markers, keys, windows.CRITICAL_PATH_COLUMNS)
+
+
+def _timed_solve(prepared: critical_path.Prepared) -> critical_path.CriticalPaths:
+    with stage("analyze: critical path, solve (thread)"):
+        return prepared.solve()
 
 
 def _steady_steps(

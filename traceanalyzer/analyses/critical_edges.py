@@ -6,8 +6,9 @@ weights are described in `critical_graph`'s docstring; the nodes come from
 
 from __future__ import annotations
 
-import numpy as np
 import polars as pl
+
+from traceanalyzer.analyses import longest_path
 
 #: Kinds an edge's time is charged to (`gpu_*` make up gpu_compute; `cpu_launch` is cpu).
 EDGE_KINDS: tuple[str, ...] = (
@@ -68,6 +69,14 @@ def edge_rows(frame: pl.DataFrame | pl.LazyFrame, **cols: pl.Expr) -> pl.LazyFra
     )
 
 
+def neighbour(column: str, by: int, keys: list[str]) -> pl.Expr:
+    """`column` of the row `by` rows away when it has the same `keys` (else null): the
+    frame must be sorted by `keys`. What `shift(by).over(keys)` gives, without hashing
+    millions of rows into groups."""
+    same = pl.all_horizontal(pl.col(k) == pl.col(k).shift(by) for k in keys)
+    return pl.when(same).then(pl.col(column).shift(by))
+
+
 def kind_lit(value: str) -> pl.Expr:
     return pl.lit(value)
 
@@ -97,8 +106,7 @@ def gpu_edges(
         .otherwise(kind_lit("idle")),
     )
     prev = ops.with_columns(
-        pb=pl.col("end_node").shift(1).over(stream_key),
-        pe=pl.col("end_ns").shift(1).over(stream_key),
+        pb=neighbour("end_node", 1, stream_key), pe=neighbour("end_ns", 1, stream_key)
     ).filter(pl.col("pb").is_not_null())
     stream = edge_rows(
         prev,
@@ -123,7 +131,7 @@ def gpu_edges(
         "rank", "step", "device", o_stream="stream", o_end="end_ns", o_b="end_node"
     ).sort("o_end")
     late = (
-        ops.with_columns(pe=pl.col("end_ns").shift(1).over(stream_key))
+        ops.with_columns(pe=neighbour("end_ns", 1, stream_key))
         .filter(pl.col("start_ns") > known)
         .sort("start_ns")
         .join_asof(
@@ -189,9 +197,7 @@ def host_edges(
     """thread, launch and wait edges."""
     pkey = ["rank", "step", "pid", "tid"]
     seg = (
-        points.with_columns(
-            nt=pl.col("t").shift(-1).over(pkey), nn=pl.col("node").shift(-1).over(pkey)
-        )
+        points.with_columns(nt=neighbour("t", -1, pkey), nn=neighbour("node", -1, pkey))
         .filter(pl.col("nn").is_not_null())
         .sort("t")
     )
@@ -320,7 +326,7 @@ def frame_edges(
     )
     # GPU work whose stream predecessor or launch is not in the graph hangs off the source
     orphan = (
-        ops.with_columns(first=pl.col("i") == pl.col("i").min().over(stream_key))
+        ops.with_columns(first=neighbour("i", 1, stream_key).is_null())
         .filter(pl.col("first") | pl.col("launch_start_ns").is_null())
         .join(off.select("rank", "step", "source"), on=["rank", "step"])
     )
@@ -396,31 +402,27 @@ def frame_edges(
     return [host_src, gpu_src, gpu_sink, host_sink, job, empty]
 
 
-def bind(edges: pl.DataFrame) -> pl.DataFrame:
+def bind(edges: pl.DataFrame, node_count: int) -> pl.DataFrame:
     """Mark each node's binding incoming edge and give every edge its weight.
 
     Binding: the least slack (`gap - work`), ties broken by role order then source node.
     Weights are never negative: a gap below zero (clocks of host and device that disagree
     by a little) counts as zero, so the path may come out a little longer than the step.
     Output columns: step, u, v, owner, role, work_kind, slack_kind, binding, weight_ns,
-    work_part_ns, slack_part_ns; sorted by step, u, v.
+    work_part_ns, slack_part_ns; sorted by u, then v.
     """
     gap = pl.col("gap_ns").clip(lower_bound=0)
     work = pl.col("work_ns").clip(lower_bound=0)
-    # the binding edge of each node: the first of its run after one narrow multi-key sort
-    by_node = edges.select(
-        pl.arg_sort_by(
-            "v",
-            pl.col("gap_ns") - pl.col("work_ns"),
-            pl.col("role").to_physical(),
-            "u",
-            maintain_order=True,
-        )
-    ).to_series()
-    v_sorted = edges["v"].gather(by_node)
-    firsts = by_node.filter(v_sorted.ne_missing(v_sorted.shift(1)))
-    binding = np.zeros(edges.height, np.bool_)
-    binding[firsts.to_numpy()] = True
+    # one order whatever order the edges were made in: by source, then target (node ids
+    # are below 2^31, so the pair is one integer and one cheap sort)
+    edges = edges.sort(pl.col("u") * (1 << 32) + pl.col("v"), maintain_order=True)
+    binding = longest_path.binding_edges(
+        edges["v"].to_numpy(),
+        (edges["gap_ns"] - edges["work_ns"]).to_numpy(),
+        edges["role"].to_physical().cast(pl.Int64).to_numpy(),
+        edges["u"].to_numpy(),
+        node_count,
+    )
     weight = pl.when(pl.col("binding")).then(gap).otherwise(pl.min_horizontal(work, gap))
     return (
         edges.lazy()
@@ -440,6 +442,5 @@ def bind(edges: pl.DataFrame) -> pl.DataFrame:
             "work_part_ns",
             slack_part_ns=pl.col("weight_ns") - pl.col("work_part_ns"),
         )
-        .sort("step", "u", "v", maintain_order=True)
         .collect()
     )

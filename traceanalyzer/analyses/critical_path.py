@@ -191,18 +191,15 @@ class Prepared:
         tables = self.tables
         if tables is None:
             return _empty()
-        edges = tables.edges
-        u = edges["u"].to_numpy()
-        v = edges["v"].to_numpy()
-        binding = edges["binding"].to_numpy()
+        arrays = longest_path.Edges.of(tables.edges)
         n = tables.node_count
         sources = tables.jobs["job"].to_numpy()
-        order = longest_path.topological_edges(u, v, n)
+        order = longest_path.topological_edges(arrays.u, arrays.v, n)
 
-        def solve(weights: I64) -> tuple[I64, I64]:
-            return longest_path.longest(order, u, v, weights, binding, n, sources)
+        def solve(scenario: Scenario) -> tuple[I64, I64]:
+            return longest_path.longest(order, arrays, weighting(scenario), n, sources)
 
-        dist, pred = solve(edges["weight_ns"].to_numpy())
+        dist, pred = solve(Scenario("as_recorded", ()))
         wins = tables.windows.join(tables.jobs, on="step")
         wins = wins.with_columns(
             lo=pl.Series(dist[wins["source"].to_numpy()]),
@@ -210,7 +207,7 @@ class Prepared:
         ).filter(pl.col("hi") != _NEG)
         chains = [
             pl.DataFrame(
-                {"e": longest_path.walk(pred, u, dist, w["sink"], w["job"], w["lo"])}
+                {"e": longest_path.walk(pred, arrays.u, dist, w["sink"], w["job"], w["lo"])}
             ).with_columns(
                 rank=pl.lit(w["rank"], pl.Int32),
                 step=pl.lit(w["step"], pl.Int64),
@@ -219,8 +216,8 @@ class Prepared:
             )
             for w in wins.iter_rows(named=True)
         ]
-        path = _clip(pl.concat(chains), edges, dist, u) if chains else _empty_path()
-        saved = _saved(wins, {s.name: solve(scenario_weights(edges, s))[0] for s in self.scenarios})
+        path = _clip(pl.concat(chains), tables.edges, dist, arrays.u) if chains else _empty_path()
+        saved = _saved(wins, {s.name: solve(s)[0] for s in self.scenarios})
         return CriticalPaths(
             steps=_compose(tables, path),
             what_if=saved.sort("rank", "step", "scenario"),
@@ -250,23 +247,14 @@ def prepare(
     return Prepared(tables, scenarios)
 
 
-def scenario_weights(edges: pl.DataFrame, scenario: Scenario) -> I64:
-    """The edge weights under `scenario`: work and slack parts scaled by their kinds' factors
-    (rounded half to even); edges of a dropped role weigh NEG (left out of the longest path)."""
+def weighting(scenario: Scenario) -> longest_path.Weighting:
+    """The edge weighting of `scenario`: its factor for each edge kind (1 where it names
+    none), and the roles it drops."""
     factors = dict(scenario.factors)
-    by_kind = np.array([factors.get(k, 1.0) for k in EDGE_KINDS])
-
-    def scaled(ns: str, kind: str) -> I64:
-        codes = edges[kind].to_physical().to_numpy()
-        scaled_ns: I64 = np.rint(edges[ns].to_numpy() * by_kind[codes]).astype(np.int64)
-        return scaled_ns
-
-    dropped = np.isin(
-        edges["role"].to_physical().to_numpy(), [ROLES.index(r) for r in scenario.drop]
+    return longest_path.Weighting(
+        kind_factor=np.array([factors.get(k, 1.0) for k in EDGE_KINDS], np.float64),
+        role_dropped=np.array([r in scenario.drop for r in ROLES], np.bool_),
     )
-    weighed = scaled("work_part_ns", "work_kind") + scaled("slack_part_ns", "slack_kind")
-    weights: I64 = np.where(dropped, _NEG, weighed).astype(np.int64)
-    return weights
 
 
 def _clip(chains: pl.DataFrame, edges: pl.DataFrame, dist: I64, u: I64) -> pl.DataFrame:

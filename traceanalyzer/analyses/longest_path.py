@@ -16,15 +16,18 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import polars as pl
 
 #: Minus infinity of the distances, and the weight of an edge left out of a what-if.
 NEG = -(1 << 62)
 
 I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
 
 _compiled: dict[str, Callable[..., Any]] = {}
 _lock = threading.Lock()
@@ -100,19 +103,35 @@ def _compile() -> dict[str, Callable[..., Any]]:
 
     @njit
     def longest(
-        order: I64, u: I64, v: I64, w: I64, binding: npt.NDArray[np.bool_], n: int, sources: I64
+        order: I64,
+        u: I64,
+        v: I64,
+        work: I64,
+        slack: I64,
+        work_kind: I64,
+        slack_kind: I64,
+        role: I64,
+        kind_factor: F64,
+        role_dropped: npt.NDArray[np.bool_],
+        binding: npt.NDArray[np.bool_],
+        n: int,
+        sources: I64,
     ) -> tuple[I64, I64]:
         """Longest distance of every node from `sources` (0 there), and its predecessor
-        edge (-1: none). Edges of weight NEG are left out."""
+        edge (-1: none). An edge weighs its work part scaled by its work kind's factor plus
+        its slack part scaled by its slack kind's, each rounded half to even; edges of a
+        dropped role are left out."""
         dist = np.full(n, NEG, np.int64)
         pred = np.full(n, -1, np.int64)
         for s in sources:
             dist[s] = 0
         for e in order:
             du = dist[u[e]]
-            we = w[e]
-            if du == NEG or we == NEG:
+            if du == NEG or role_dropped[role[e]]:
                 continue
+            we = np.int64(np.rint(work[e] * kind_factor[work_kind[e]])) + np.int64(
+                np.rint(slack[e] * kind_factor[slack_kind[e]])
+            )
             d = du + we
             x = v[e]
             dx = dist[x]
@@ -140,7 +159,27 @@ def _compile() -> dict[str, Callable[..., Any]]:
             res[i] = chain[len(chain) - 1 - i]
         return res
 
-    return {"topological_edges": topological_edges, "longest": longest, "walk": walk}
+    @njit
+    def binding_edges(v: I64, slack: I64, role: I64, u: I64, n: int) -> npt.NDArray[np.bool_]:
+        """Of each node's incoming edges, the one with the least (slack, role, source),
+        then the lowest index."""
+        best = np.full(n, -1, np.int64)
+        for e in range(v.shape[0]):
+            b = best[v[e]]
+            if b < 0 or (slack[e], role[e], u[e]) < (slack[b], role[b], u[b]):
+                best[v[e]] = e
+        out = np.zeros(v.shape[0], np.bool_)
+        for b in best:
+            if b >= 0:
+                out[b] = True
+        return out
+
+    return {
+        "topological_edges": topological_edges,
+        "longest": longest,
+        "walk": walk,
+        "binding_edges": binding_edges,
+    }
 
 
 def _ints(a: npt.NDArray[Any]) -> I64:
@@ -157,13 +196,65 @@ def topological_edges(u: I64, v: I64, n: int) -> I64:
     return order
 
 
+@dataclass(frozen=True, slots=True)
+class Edges:
+    """The edge columns the passes read (one array each, codes as int64): source and
+    target node, work and slack part (ns), the kinds they are charged to, role, binding."""
+
+    u: I64
+    v: I64
+    work: I64
+    slack: I64
+    work_kind: I64
+    slack_kind: I64
+    role: I64
+    binding: npt.NDArray[np.bool_]
+
+    @classmethod
+    def of(cls, frame: pl.DataFrame) -> Edges:
+        """From critical_edges.bind's table."""
+
+        def codes(name: str) -> I64:
+            return _ints(frame[name].to_physical().cast(pl.Int64).to_numpy())
+
+        return cls(
+            u=_ints(frame["u"].to_numpy()),
+            v=_ints(frame["v"].to_numpy()),
+            work=_ints(frame["work_part_ns"].to_numpy()),
+            slack=_ints(frame["slack_part_ns"].to_numpy()),
+            work_kind=codes("work_kind"),
+            slack_kind=codes("slack_kind"),
+            role=codes("role"),
+            binding=np.require(frame["binding"].to_numpy(), np.bool_, ["C", "W"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Weighting:
+    """A weighting of the edges: a factor per edge kind (by code) and the roles left out."""
+
+    kind_factor: F64
+    role_dropped: npt.NDArray[np.bool_]
+
+
 def longest(
-    order: I64, u: I64, v: I64, w: I64, binding: npt.NDArray[np.bool_], n: int, sources: I64
+    order: I64, edges: Edges, weighting: Weighting, n: int, sources: I64
 ) -> tuple[I64, I64]:
     """Longest distances from `sources` and predecessor edges (see the module docstring)."""
-    flags = np.require(binding, np.bool_, ["C", "W"])
     dist, pred = _kernels()["longest"](
-        _ints(order), _ints(u), _ints(v), _ints(w), flags, n, _ints(sources)
+        _ints(order),
+        edges.u,
+        edges.v,
+        edges.work,
+        edges.slack,
+        edges.work_kind,
+        edges.slack_kind,
+        edges.role,
+        np.require(weighting.kind_factor, np.float64, ["C", "W"]),
+        np.require(weighting.role_dropped, np.bool_, ["C", "W"]),
+        edges.binding,
+        n,
+        _ints(sources),
     )
     return dist, pred
 
@@ -172,3 +263,11 @@ def walk(pred: I64, u: I64, dist: I64, sink: int, stop: int, lo: int) -> I64:
     """The path's edges into `sink`, in order (see `longest`)."""
     chain: I64 = _kernels()["walk"](_ints(pred), _ints(u), _ints(dist), sink, stop, lo)
     return chain
+
+
+def binding_edges(v: I64, slack: I64, role: I64, u: I64, n: int) -> npt.NDArray[np.bool_]:
+    """Each node's binding incoming edge (see critical_edges.bind): a mask over the edges."""
+    mask: npt.NDArray[np.bool_] = _kernels()["binding_edges"](
+        _ints(v), _ints(slack), _ints(role), _ints(u), n
+    )
+    return mask

@@ -1,0 +1,42 @@
+"""TRACEANALYZER_TIMINGS=1 prints where the time went, one line per stage; unset, nothing."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import SAMPLES
+
+STAGES = ("read", "analyze: critical path, tables", "analyze: plan", "rules", "report", "output")
+
+
+def _report(tmp_path: Path, **env: str) -> str:
+    trace = str(SAMPLES / "train_bf16_healthy.json.gz")
+    args = ["report", trace, "--format", "json", "-o", str(tmp_path / "r.json")]
+    proc = subprocess.run(
+        [sys.executable, "-m", "traceanalyzer", *args],
+        env={k: v for k, v in os.environ.items() if k != "TRACEANALYZER_TIMINGS"} | env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return proc.stderr
+
+
+def test_stages_are_printed_when_asked(tmp_path: Path) -> None:
+    lines = _report(tmp_path, TRACEANALYZER_TIMINGS="1").splitlines()
+    pattern = re.compile(r"timing: (.+) (\d+\.\d+) -> (\d+\.\d+) \((\d+\.\d+) s\)")
+    parsed = [pattern.fullmatch(line) for line in lines]
+    assert all(parsed), lines
+    spans = {m.group(1): (float(m.group(2)), float(m.group(3))) for m in parsed if m}
+    assert set(STAGES) <= set(spans), lines
+    starts = [a for a, _ in spans.values()]
+    assert starts == sorted(starts)
+    assert spans["read"][1] <= spans["rules"][0]
+
+
+def test_nothing_printed_by_default(tmp_path: Path) -> None:
+    assert "timing:" not in _report(tmp_path)

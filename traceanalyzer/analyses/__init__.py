@@ -159,15 +159,19 @@ def _windowed(
     launch_gap_max_ns: int,
 ) -> Windowed:
     """The shared inputs of the plan (see `Windowed`)."""
-    linked = windows.linked_work(timeline, markers, keys)
+    with stage("analyze: windows: linked work"):
+        linked = windows.linked_work(timeline, markers, keys)
     work = linked.lazy().drop(windows.LAUNCH_EXTRA)
-    steps = windows.device_steps(work, markers).collect()
-    wins = windows.device_windows(work, steps.lazy(), markers, steps.height > 0).collect()
-    in_windows = _classified(timeline, devices.kernels_in_windows(work, wins.lazy())).collect()
+    with stage("analyze: windows: steps"):
+        steps = windows.device_steps(work, markers).collect()
+        wins = windows.device_windows(work, steps.lazy(), markers, steps.height > 0).collect()
+    with stage("analyze: windows: kernels"):
+        in_windows = _classified(timeline, devices.kernels_in_windows(work, wins.lazy())).collect()
     # in-memory: the streaming engine takes much longer over the window joins and join_asofs
-    gaps = idle.idle_gaps(timeline, work, wins.lazy(), syncs, launch_gap_max_ns).collect(
-        engine="in-memory"
-    )
+    with stage("analyze: windows: idle gaps"):
+        gaps = idle.idle_gaps(timeline, work, wins.lazy(), syncs, launch_gap_max_ns).collect(
+            engine="in-memory"
+        )
     return Windowed(
         timeline=timeline,
         markers=markers,

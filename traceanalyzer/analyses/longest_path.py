@@ -28,6 +28,8 @@ NEG = -(1 << 62)
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
+#: Category codes (an Enum column's physical values; any integer type).
+Codes = npt.NDArray[np.integer[Any]]
 
 _compiled: dict[str, Callable[..., Any]] = {}
 _lock = threading.Lock()
@@ -183,9 +185,9 @@ def _compile() -> dict[str, Callable[..., Any]]:
 
 
 def _ints(a: npt.NDArray[Any]) -> I64:
-    """A writable, contiguous int64 array (one compiled signature for every caller; polars
-    hands out read-only views)."""
-    return np.require(a, np.int64, ["C", "W"])
+    """A contiguous int64 array: `a` itself where it is one (polars' read-only views are
+    passed as they are, not copied: at 10^6 kernels each edge column is 40 MB)."""
+    return np.ascontiguousarray(a, np.int64)
 
 
 def topological_edges(u: I64, v: I64, n: int) -> I64:
@@ -205,17 +207,18 @@ class Edges:
     v: I64
     work: I64
     slack: I64
-    work_kind: I64
-    slack_kind: I64
-    role: I64
+    work_kind: Codes
+    slack_kind: Codes
+    role: Codes
     binding: npt.NDArray[np.bool_]
 
     @classmethod
     def of(cls, frame: pl.DataFrame) -> Edges:
         """From critical_edges.bind's table."""
 
-        def codes(name: str) -> I64:
-            return _ints(frame[name].to_physical().cast(pl.Int64).to_numpy())
+        def codes(name: str) -> Codes:
+            codes: Codes = np.ascontiguousarray(frame[name].to_physical().to_numpy())
+            return codes
 
         return cls(
             u=_ints(frame["u"].to_numpy()),
@@ -225,7 +228,7 @@ class Edges:
             work_kind=codes("work_kind"),
             slack_kind=codes("slack_kind"),
             role=codes("role"),
-            binding=np.require(frame["binding"].to_numpy(), np.bool_, ["C", "W"]),
+            binding=np.ascontiguousarray(frame["binding"].to_numpy(), np.bool_),
         )
 
 
@@ -250,8 +253,8 @@ def longest(
         edges.work_kind,
         edges.slack_kind,
         edges.role,
-        np.require(weighting.kind_factor, np.float64, ["C", "W"]),
-        np.require(weighting.role_dropped, np.bool_, ["C", "W"]),
+        np.ascontiguousarray(weighting.kind_factor, np.float64),
+        np.ascontiguousarray(weighting.role_dropped, np.bool_),
         edges.binding,
         n,
         _ints(sources),

@@ -10,7 +10,7 @@ import polars as pl
 from traceanalyzer import __version__
 from traceanalyzer.analyses import DEFAULT_TOP_KERNELS, Metrics, analyze
 from traceanalyzer.analyses.context import run_context
-from traceanalyzer.analyses.critical_path import PATH_KINDS, per_rank, preload
+from traceanalyzer.analyses.critical_path import PATH_KINDS, per_rank
 from traceanalyzer.analyses.idle import LAUNCH_GAP_MAX_NS
 from traceanalyzer.config import Settings
 from traceanalyzer.model import Timeline
@@ -69,7 +69,6 @@ def run(
 ) -> Analysis:
     """The one pipeline: analyze a timeline, diagnose, build the report. `report`,
     `annotate`, `batch` and `compare` (through `report`) and the rule docs all come here."""
-    preload()
     metrics: Metrics = analyze(
         timeline,
         top_n=top_n,

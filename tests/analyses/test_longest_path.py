@@ -1,5 +1,6 @@
-"""The compiled longest-path solver against networkx's topological order and a plain loop:
-random graphs, then the critical-path graphs of real traces (every weighting)."""
+"""The longest-path solver, both backends (compiled, plain Python), against networkx's
+topological order and a plain loop: random graphs, then the critical-path graphs of real
+traces (every weighting)."""
 
 from __future__ import annotations
 
@@ -76,11 +77,20 @@ def _weights(edges: longest_path.Edges, weighting: longest_path.Weighting) -> li
     ]
 
 
+BACKENDS = pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
+
+
 def _check(
-    edges: longest_path.Edges, weighting: longest_path.Weighting, n: int, sources: list[int]
+    edges: longest_path.Edges,
+    weighting: longest_path.Weighting,
+    n: int,
+    sources: list[int],
+    compiled: bool,
 ) -> None:
-    order = longest_path.topological_edges(edges.u, edges.v, n)
-    dist, pred = longest_path.longest(order, edges, weighting, n, np.array(sources, np.int64))
+    order = longest_path.topological_edges(edges.u, edges.v, n, force=compiled)
+    dist, pred = longest_path.longest(
+        order, edges, weighting, n, np.array(sources, np.int64), force=compiled
+    )
     want_dist, want_pred = _reference(
         edges.u.tolist(),
         edges.v.tolist(),
@@ -93,8 +103,9 @@ def _check(
     assert pred.tolist() == want_pred
 
 
+@BACKENDS
 @pytest.mark.parametrize("seed", range(30))
-def test_random_graphs_match_the_reference(seed: int) -> None:
+def test_random_graphs_match_the_reference(seed: int, compiled: bool) -> None:
     rng = random.Random(seed)
     n = rng.randint(2, 40)
     u, v = _random_dag(rng, n, rng.randint(1, 120))
@@ -117,17 +128,28 @@ def test_random_graphs_match_the_reference(seed: int) -> None:
         kind_factor=np.array([rng.choice([0.0, 0.5, 1.0, 1.5]) for _ in range(3)]),
         role_dropped=np.array([rng.random() < 0.2 for _ in range(3)]),
     )
-    _check(edges, weighting, n, rng.sample(range(n), rng.randint(1, 3)))
+    _check(edges, weighting, n, rng.sample(range(n), rng.randint(1, 3)), compiled)
+    binding = longest_path.binding_edges(
+        edges.u, edges.work, edges.role, edges.v, n, force=compiled
+    )  # any four columns: the least (2nd, 3rd, 4th) per node of the 1st, then the lowest index
+    for x in range(n):
+        into = [e for e in range(m) if u[e] == x]
+        want = min(
+            into, key=lambda e: (int(edges.work[e]), int(edges.role[e]), v[e], e), default=None
+        )
+        assert [e for e in into if binding[e]] == ([] if want is None else [want])
 
 
-def test_a_cycle_is_an_error() -> None:
+@BACKENDS
+def test_a_cycle_is_an_error(compiled: bool) -> None:
     u = np.array([0, 1, 2], np.int64)
     v = np.array([1, 2, 0], np.int64)
     with pytest.raises(longest_path.CycleError):
-        longest_path.topological_edges(u, v, 3)
+        longest_path.topological_edges(u, v, 3, force=compiled)
 
 
-def test_walk_returns_the_path_in_order() -> None:
+@BACKENDS
+def test_walk_returns_the_path_in_order(compiled: bool) -> None:
     # 0 -> 1 -> 2 -> 3 with a shortcut 0 -> 3 that is shorter
     edges = longest_path.Edges(
         u=np.array([0, 1, 2, 0], np.int64),
@@ -140,10 +162,11 @@ def test_walk_returns_the_path_in_order() -> None:
         binding=np.zeros(4, bool),
     )
     as_is = longest_path.Weighting(np.ones(1), np.zeros(1, bool))
-    order = longest_path.topological_edges(edges.u, edges.v, 4)
-    dist, pred = longest_path.longest(order, edges, as_is, 4, np.array([0]))
-    assert longest_path.walk(pred, edges.u, dist, 3, 0, 0).tolist() == [0, 1, 2]
-    assert longest_path.walk(pred, edges.u, dist, 3, 0, 1).tolist() == [1, 2]  # from 1 on
+    order = longest_path.topological_edges(edges.u, edges.v, 4, force=compiled)
+    dist, pred = longest_path.longest(order, edges, as_is, 4, np.array([0]), force=compiled)
+    walk = longest_path.walk(pred, edges.u, dist, 3, 0, 0, force=compiled)
+    assert walk.tolist() == [0, 1, 2]
+    assert longest_path.walk(pred, edges.u, dist, 3, 0, 1, force=compiled).tolist() == [1, 2]
 
 
 def _real_traces() -> list[Path]:
@@ -158,8 +181,9 @@ def _real_traces() -> list[Path]:
     return paths
 
 
+@BACKENDS
 @pytest.mark.parametrize("path", _real_traces(), ids=lambda p: p.name)
-def test_real_trace_graphs_match_the_reference(path: Path) -> None:
+def test_real_trace_graphs_match_the_reference(path: Path, compiled: bool) -> None:
     """Every weighting (the trace's own and each what-if) of every step's graph at once."""
     timeline = read(path)
     markers = windows.step_markers(
@@ -177,4 +201,5 @@ def test_real_trace_graphs_match_the_reference(path: Path) -> None:
             critical_path.weighting(scenario),
             tables.node_count,
             tables.jobs["job"].to_list(),
+            compiled,
         )

@@ -61,17 +61,6 @@ _KIND_OF_EDGE_KIND: dict[str, str] = {
 _NEG = longest_path.NEG
 
 
-def preload() -> None:
-    """Start loading the compiled longest-path loops on a thread, once: called before a
-    trace is read, numba's import and cache load overlap the read instead of adding to the
-    time after it."""
-    if not _preloading:
-        _preloading.append(True)
-        longest_path.preload()
-
-
-_preloading: list[bool] = []
-
 _WHAT_IF_SCHEMA = {"rank": pl.Int32, "step": pl.Int64, "scenario": pl.String, "saved_ns": pl.Int64}
 
 

@@ -3,9 +3,14 @@
 Analyses stage, the solver under `critical_path`. The graph of every analysed step is one
 edge list (`u` → `v`, integer node ids; the steps' graphs share no node), and the longest
 path from each step's job source is a dynamic programme over the edges in topological
-order: one pass per weighting (the trace's own, then each what-if). These are the loops
-that must not run in Python: a step of 10^6 kernels has about 6 * 10^6 edges, and seven
-passes over them are 4 * 10^7 updates. numba compiles them once (cached on disk).
+order: one pass per weighting (the trace's own, then each what-if).
+
+Two backends run the same loops. A graph of up to `COMPILED_FROM` edges (every sampled
+step of a typical trace: 5 * 10^4 edges for a 200 MB one) runs them in plain Python over
+lists, in tenths of a second. Above it they must not run in Python: a step of 10^6 kernels
+has about 5 * 10^6 edges, and seven passes over them are 4 * 10^7 updates; numba compiles
+them once (cached on disk) and loading it costs about 0.5 s and 100 MB of memory, which a
+small graph does not need to pay.
 
 Ties: of a node's incoming edges that reach its longest distance, a binding edge is its
 predecessor, then the lowest edge index; the choice never depends on the topological order
@@ -31,6 +36,9 @@ F64 = npt.NDArray[np.float64]
 #: Category codes (an Enum column's physical values; any integer type).
 Codes = npt.NDArray[np.integer[Any]]
 
+#: Graphs of more edges than this run compiled (numba); the others in plain Python.
+COMPILED_FROM = 150_000
+
 _compiled: dict[str, Callable[..., Any]] = {}
 _lock = threading.Lock()
 
@@ -45,11 +53,6 @@ def _kernels() -> dict[str, Callable[..., Any]]:
         if not _compiled:
             _compiled.update(_compile())
     return _compiled
-
-
-def preload() -> None:
-    """Import numba and load the compiled functions on a thread (see critical_path.preload)."""
-    threading.Thread(target=_kernels, name="compile-longest-path", daemon=True).start()
 
 
 def _compile() -> dict[str, Callable[..., Any]]:
@@ -190,9 +193,17 @@ def _ints(a: npt.NDArray[Any]) -> I64:
     return np.ascontiguousarray(a, np.int64)
 
 
-def topological_edges(u: I64, v: I64, n: int) -> I64:
+def compiled(edge_count: int, force: bool | None = None) -> bool:
+    """Whether a graph of `edge_count` edges runs compiled (`force`: the tests' choice)."""
+    return edge_count > COMPILED_FROM if force is None else force
+
+
+def topological_edges(u: I64, v: I64, n: int, *, force: bool | None = None) -> I64:
     """Edge indices in topological order of their sources (raises CycleError on a cycle)."""
-    order: I64 = _kernels()["topological_edges"](_ints(u), _ints(v), n)
+    if compiled(u.shape[0], force):
+        order: I64 = _kernels()["topological_edges"](_ints(u), _ints(v), n)
+    else:
+        order = _py_topological_edges(u.tolist(), v.tolist(), n)
     if order.shape[0] != u.shape[0]:
         raise CycleError("the critical-path graph has a cycle")
     return order
@@ -241,9 +252,17 @@ class Weighting:
 
 
 def longest(
-    order: I64, edges: Edges, weighting: Weighting, n: int, sources: I64
+    order: I64,
+    edges: Edges,
+    weighting: Weighting,
+    n: int,
+    sources: I64,
+    *,
+    force: bool | None = None,
 ) -> tuple[I64, I64]:
     """Longest distances from `sources` and predecessor edges (see the module docstring)."""
+    if not compiled(edges.u.shape[0], force):
+        return _py_longest(order, edges, weighting, n, sources)
     dist, pred = _kernels()["longest"](
         _ints(order),
         edges.u,
@@ -262,15 +281,103 @@ def longest(
     return dist, pred
 
 
-def walk(pred: I64, u: I64, dist: I64, sink: int, stop: int, lo: int) -> I64:
+def walk(
+    pred: I64, u: I64, dist: I64, sink: int, stop: int, lo: int, *, force: bool | None = None
+) -> I64:
     """The path's edges into `sink`, in order (see `longest`)."""
+    if not compiled(u.shape[0], force):
+        return _py_walk(pred, u, dist, sink, stop, lo)
     chain: I64 = _kernels()["walk"](_ints(pred), _ints(u), _ints(dist), sink, stop, lo)
     return chain
 
 
-def binding_edges(v: I64, slack: I64, role: I64, u: I64, n: int) -> npt.NDArray[np.bool_]:
+def binding_edges(
+    v: I64, slack: I64, role: I64, u: I64, n: int, *, force: bool | None = None
+) -> npt.NDArray[np.bool_]:
     """Each node's binding incoming edge (see critical_edges.bind): a mask over the edges."""
+    if not compiled(v.shape[0], force):
+        return _py_binding_edges(v.tolist(), slack.tolist(), role.tolist(), u.tolist(), n)
     mask: npt.NDArray[np.bool_] = _kernels()["binding_edges"](
         _ints(v), _ints(slack), _ints(role), _ints(u), n
     )
     return mask
+
+
+# --- the same loops in plain Python, over lists (graphs up to COMPILED_FROM edges)
+
+
+def _py_topological_edges(u: list[int], v: list[int], n: int) -> I64:
+    indeg = [0] * n
+    out: list[list[int]] = [[] for _ in range(n)]
+    for e, (a, b) in enumerate(zip(u, v, strict=True)):
+        indeg[b] += 1
+        out[a].append(e)
+    queue = [i for i in range(n) if indeg[i] == 0]
+    order: list[int] = []
+    for node in queue:  # the queue grows while it is walked
+        for e in out[node]:
+            order.append(e)
+            w = v[e]
+            indeg[w] -= 1
+            if indeg[w] == 0:
+                queue.append(w)
+    if len(queue) < n:
+        return np.empty(0, np.int64)
+    return np.array(order, np.int64)
+
+
+def _py_longest(
+    order: I64, edges: Edges, weighting: Weighting, n: int, sources: I64
+) -> tuple[I64, I64]:
+    factor = weighting.kind_factor
+    weights = np.rint(edges.work * factor[edges.work_kind]).astype(np.int64) + np.rint(
+        edges.slack * factor[edges.slack_kind]
+    ).astype(np.int64)
+    ws: list[int] = np.where(weighting.role_dropped[edges.role], NEG, weights).tolist()
+    us: list[int] = edges.u.tolist()
+    vs: list[int] = edges.v.tolist()
+    binding: list[bool] = edges.binding.tolist()
+    dist = [NEG] * n
+    pred = [-1] * n
+    for s in sources.tolist():
+        dist[s] = 0
+    for e in order.tolist():
+        du = dist[us[e]]
+        we = ws[e]
+        if du == NEG or we == NEG:
+            continue
+        d = du + we
+        x = vs[e]
+        dx = dist[x]
+        if d > dx:
+            dist[x] = d
+            pred[x] = e
+        elif d == dx:
+            p = pred[x]
+            if p < 0 or (binding[e] and not binding[p]) or (binding[e] == binding[p] and e < p):
+                pred[x] = e
+    return np.array(dist, np.int64), np.array(pred, np.int64)
+
+
+def _py_walk(pred: I64, u: I64, dist: I64, sink: int, stop: int, lo: int) -> I64:
+    chain: list[int] = []
+    node = sink
+    while node != stop and pred[node] >= 0 and dist[node] > lo:
+        e = int(pred[node])
+        chain.append(e)
+        node = int(u[e])
+    return np.array(chain[::-1], np.int64)
+
+
+def _py_binding_edges(
+    v: list[int], slack: list[int], role: list[int], u: list[int], n: int
+) -> npt.NDArray[np.bool_]:
+    best = [-1] * n
+    for e, x in enumerate(v):
+        b = best[x]
+        if b < 0 or (slack[e], role[e], u[e]) < (slack[b], role[b], u[b]):
+            best[x] = e
+    out = np.zeros(len(v), np.bool_)
+    chosen = [b for b in best if b >= 0]
+    out[chosen] = True
+    return out

@@ -11,7 +11,9 @@ Kineto Chrome trace in Kineto's own indented layout. For each size it prints the
 peak RSS of `traceanalyzer report --format json` (a process of its own, start to exit) and of
 `orjson.loads` of the same file in the same run, their ratio, and checks the goal of issue 15
 at 10^6 kernels: at most 10 s and 2 GB. The curve over the sizes shows whether the cost grows
-linearly with the events (seconds per 10^5 kernels stays flat).
+linearly with the events (seconds per 10^5 kernels stays flat). Then, for each size, where
+the time went: the stages `TRACEANALYZER_TIMINGS=1` prints (read, each analysis stage, the
+critical path's tables and solve, rules, report, output), from the fastest run.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_critical_path import synthetic_step
-from bench_report import BASELINE_CODE, MB, log, report_cmd, run_measured
+from bench_report import BASELINE_CODE, MB, log, report_cmd, run_measured, run_staged
 
 GOAL_S = 10.0
 GOAL_RSS_MB = 2000.0
@@ -95,13 +97,16 @@ def main(argv: list[str] | None = None) -> int:
         f"{'orjson s':>9} {'x orjson':>9} {'orjson RSS':>11}"
     )
     ok = True
+    stages: list[tuple[int, list[str]]] = []
     for n in args.kernels:
         path = args.cache_dir / f"huge_step_{n}.json"
         if not path.is_file():
             log(f"writing {path}")
             write_trace(n, path)
         size = path.stat().st_size / MB
-        rep = [run_measured(report_cmd(None, path)) for _ in range(args.repeat)]
+        staged = [run_staged(report_cmd(None, path)) for _ in range(args.repeat)]
+        rep = [(s, r) for s, r, _ in staged]
+        stages.append((n, min(staged)[2]))
         base = [
             run_measured([sys.executable, "-c", BASELINE_CODE, str(path)])
             for _ in range(args.repeat)
@@ -115,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         if n >= 1_000_000:
             ok = ok and secs <= GOAL_S and rss <= GOAL_RSS_MB
+    for n, lines in stages:  # where the time went, in the fastest run of each size
+        print(f"\nstages at {n} kernels (TRACEANALYZER_TIMINGS):")
+        print("\n".join(f"  {line.removeprefix('timing: ')}" for line in lines))
     if max(args.kernels) < 1_000_000:
         print("goal at 10^6 kernels: not measured (no size of 10^6 kernels or more)")
         return 0

@@ -70,9 +70,17 @@ class Result:
 
 def run_measured(cmd: list[str]) -> tuple[float, float]:
     """Run ``cmd`` (stdout to /dev/null); its wall seconds and peak RSS in MB."""
+    seconds, rss, _stages = run_staged(cmd, stages=False)
+    return seconds, rss
+
+
+def run_staged(cmd: list[str], stages: bool = True) -> tuple[float, float, list[str]]:
+    """`run_measured`, with ``TRACEANALYZER_TIMINGS=1`` when ``stages``: also the
+    ``timing:`` lines the command printed (where its time went, stage by stage)."""
+    env = {**os.environ, "TRACEANALYZER_TIMINGS": "1"} if stages else None
     with tempfile.TemporaryFile() as err:
         start = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=err)
+        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=err, env=env)
         _, status, usage = os.wait4(proc.pid, 0)
         seconds = time.perf_counter() - start
         proc.returncode = os.waitstatus_to_exitcode(status)
@@ -80,7 +88,13 @@ def run_measured(cmd: list[str]) -> tuple[float, float]:
             err.seek(0)
             sys.stderr.write(err.read().decode(errors="replace")[-4000:])
             sys.exit(f"exit status {proc.returncode}: {shlex.join(cmd)}")
-    return seconds, usage.ru_maxrss * 1024 / MB  # ru_maxrss is in KiB on Linux
+        err.seek(0)
+        lines = [
+            line
+            for line in err.read().decode(errors="replace").splitlines()
+            if line.startswith("timing: ")
+        ]
+    return seconds, usage.ru_maxrss * 1024 / MB, lines  # ru_maxrss is in KiB on Linux
 
 
 def right_size(path: Path, size_mb: float) -> bool:

@@ -269,8 +269,15 @@ def build_tables(
     queued = every_op.filter(pl.col("pre")).group_by("rank").agg(pre_end_ns=pl.col("end_ns").max())
     raw_ops = every_op.filter(~pl.col("pre")).drop("pre")
     del every_op
-    host = _host_events(timeline, markers).collect()
-    wins = step_windows(raw_ops, host, markers, queued)
+    # each host thread's first start and last end in each step: all the graph needs of the
+    # host events (with Python stacks recorded they are most of the trace: not held)
+    threads = (
+        _host_events(timeline, markers)
+        .group_by("rank", "step", "pid", "tid")
+        .agg(first=pl.col("start_ns").min(), last=pl.col("end_ns").max())
+        .collect()
+    )
+    wins = step_windows(raw_ops, threads.select("rank", "step", end_ns="last"), markers, queued)
     s_of = wins.select("rank", "step", w_start="start_ns", w_end="end_ns")
 
     ids = NodeIds()
@@ -307,13 +314,7 @@ def build_tables(
         launch_done=pl.max_horizontal("launch_end_ns", "w_start"),
     )
     spans = (
-        host.join(s_of, on=["rank", "step"])
-        .group_by("rank", "step", "pid", "tid")
-        .agg(
-            first=pl.col("start_ns").min(),
-            last=pl.col("end_ns").max(),
-            w_start=pl.col("w_start").first(),
-        )
+        threads.join(s_of, on=["rank", "step"])
         .filter(pl.col("last") > pl.col("w_start"))
         .with_columns(first=pl.max_horizontal("first", "w_start"))
     )

@@ -3,13 +3,17 @@
 Usage::
 
     python bench/bench_critical_path.py [--events 100000] [--repeat 3]
+    python bench/bench_critical_path.py --curve [--repeat 2]   # 3e4, 3e5, 3e6 events
 
 The step: one `ProfilerStep#1` range; a host thread issuing operators, each an `aten::`
 operator holding one `cudaLaunchKernel`, every 64th operator also a
 `cudaStreamSynchronize`; kernels alternate over two streams, with GEMMs, pointwise kernels
 and an NCCL all-reduce now and then. It prints the best wall time of `--repeat` runs of
 `critical_paths` (graph tables, longest path and the six what-ifs) and checks the goal:
-at most 5 s.
+at most 5 s. `--curve` times the graph tables (`prepare`) and the paths (`solve`) apart on
+steps of 10^4, 10^5 and 10^6 kernels (three events each): the cost per 10^5 kernels must
+stay flat (linear growth; `longest_path` runs plain Python below 150,000 edges and compiled
+above, so the smallest size pays no compiler).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import numpy as np
 import polars as pl
 
 from traceanalyzer.analyses import idle, windows
-from traceanalyzer.analyses.critical_path import critical_paths
+from traceanalyzer.analyses.critical_path import critical_paths, prepare
 from traceanalyzer.model import EVENT_SCHEMA, Timeline, TraceMeta
 
 GOAL_S = 5.0
@@ -104,11 +108,35 @@ def _serialise_streams(events: pl.DataFrame) -> pl.DataFrame:
     return pl.concat([events.filter(pl.col("kind") != "kernel"), gpu])
 
 
+def curve(repeat: int) -> int:
+    """prepare and solve, best of `repeat`, at 10^4, 10^5 and 10^6 kernels."""
+    print(f"{'kernels':>9} {'edges':>9} {'tables s':>9} {'solve s':>8} {'s/1e5 k':>8}")
+    for kernels in (10_000, 100_000, 1_000_000):
+        timeline = synthetic_step(3 * kernels)
+        markers = windows.step_markers(timeline, windows.PROFILER_STEP_PATTERN).collect()
+        syncs = idle.sync_calls(timeline).collect()
+        tables_s = solve_s = float("inf")
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            prepared = prepare(timeline, markers, syncs)
+            t1 = time.perf_counter()
+            prepared.solve()
+            t2 = time.perf_counter()
+            tables_s, solve_s = min(tables_s, t1 - t0), min(solve_s, t2 - t1)
+        edges = prepared.tables.edges.height if prepared.tables is not None else 0
+        per = (tables_s + solve_s) / kernels * 1e5
+        print(f"{kernels:>9} {edges:>9} {tables_s:>9.2f} {solve_s:>8.2f} {per:>8.2f}", flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--curve", action="store_true", help="10^4, 10^5, 10^6 kernels")
     args = parser.parse_args(argv)
+    if args.curve:
+        return curve(args.repeat)
     timeline = synthetic_step(args.events)
     markers = windows.step_markers(timeline, windows.PROFILER_STEP_PATTERN).collect()
     syncs = idle.sync_calls(timeline).collect()

@@ -133,38 +133,21 @@ def gpu_ops(
         if work is None
         else work.lazy().rename({"launch_ns": "launch_start_ns"})
     )
-    # a kernel a collective operator launched is communication whatever its name
-    source = source.join(collective_launches(timeline), on=["rank", "correlation"], how="left")
-    classed = source.with_columns(work_kind=work_kind)
-    is_comm = pl.col("work_kind") == "comm"
-    # the collective of comm kernels only: naming it costs three lookups a row, and
-    # communication is a few rows in a thousand
-    comm = classed.filter(is_comm).with_columns(
-        coll=comm_collective(
-            pl.lit(True),
-            pl.col("name"),
-            pl.col("op_name"),
-            pl.coalesce(pl.col("collective"), pl.col("op_collective")),
-        )
-    )
-    links = (
-        pl.concat([comm, classed.filter(~is_comm).with_columns(coll=pl.lit(None, COLLECTIVE_KIND))])
-        .select(
-            "rank",
-            "device",
-            "stream",
-            "name",
-            "start_ns",
-            "end_ns",
-            "work_kind",
-            "coll",
-            launch_start_ns="launch_start_ns",
-            launch_end_ns="launch_end_ns",
-            pid="launch_pid",
-            tid="launch_tid",
-        )
-        .with_columns(key=pl.coalesce("launch_start_ns", "start_ns"))
-    )
+    links = source.select(
+        "rank",
+        "device",
+        "stream",
+        "kind",
+        "name",
+        "start_ns",
+        "end_ns",
+        "correlation",
+        "collective",
+        launch_start_ns="launch_start_ns",
+        launch_end_ns="launch_end_ns",
+        pid="launch_pid",
+        tid="launch_tid",
+    ).with_columns(key=pl.coalesce("launch_start_ns", "start_ns"))
     # work queued before the window (launched before the first step, in a warm-up step left
     # out, or during the profiler's warm-up, whose launches are not recorded) that still runs
     # when the first step starts: `pre`, not part of any step; the first step starts when
@@ -190,7 +173,7 @@ def gpu_ops(
         .sort("key")
     )
     ranges = markers.lazy().select("rank", "step", m_start="start_ns", m_end="end_ns")
-    return (
+    placed = (
         links.join_asof(
             ranges.sort("m_start"),
             left_on="key",
@@ -201,7 +184,44 @@ def gpu_ops(
         )
         .with_columns(step=pl.when(~pl.col("pre")).then(pl.col("step")))
         .filter(pl.col("pre") | (pl.col("step").is_not_null() & (pl.col("key") < pl.col("m_end"))))
-        .drop("key", "m_start", "m_end")
+        .with_row_index("order")
+    )
+    # classified once placed: the steps analysed may be a sample of the trace's
+    # a kernel a collective operator launched is communication whatever its name
+    classed = placed.join(
+        collective_launches(timeline), on=["rank", "correlation"], how="left"
+    ).with_columns(work_kind=work_kind)
+    is_comm = pl.col("work_kind") == "comm"
+    # the collective of comm kernels only: naming it costs three lookups a row, and
+    # communication is a few rows in a thousand
+    comm = classed.filter(is_comm).with_columns(
+        coll=comm_collective(
+            pl.lit(True),
+            pl.col("name"),
+            pl.col("op_name"),
+            pl.coalesce(pl.col("collective"), pl.col("op_collective")),
+        )
+    )
+    rest = classed.filter(~is_comm).with_columns(coll=pl.lit(None, COLLECTIVE_KIND))
+    return (
+        pl.concat([comm, rest])
+        .sort("order")
+        .select(
+            "rank",
+            "device",
+            "stream",
+            "name",
+            "start_ns",
+            "end_ns",
+            "work_kind",
+            "coll",
+            "launch_start_ns",
+            "launch_end_ns",
+            "pid",
+            "tid",
+            "step",
+            "pre",
+        )
         .collect()
     )
 

@@ -409,13 +409,11 @@ def bind(edges: pl.DataFrame, node_count: int) -> pl.DataFrame:
     Weights are never negative: a gap below zero (clocks of host and device that disagree
     by a little) counts as zero, so the path may come out a little longer than the step.
     Output columns: step, u, v, owner, role, work_kind, slack_kind, binding, weight_ns,
-    work_part_ns, slack_part_ns; sorted by u, then v.
+    work_part_ns, slack_part_ns, in the order of `edges` (critical_graph sorts them by u,
+    then v: the lowest edge index breaks ties in the longest path).
     """
     gap = pl.col("gap_ns").clip(lower_bound=0)
     work = pl.col("work_ns").clip(lower_bound=0)
-    # one order whatever order the edges were made in: by source, then target (node ids
-    # are below 2^31, so the pair is one integer and one cheap sort)
-    edges = edges.sort(pl.col("u") * (1 << 32) + pl.col("v"), maintain_order=True)
     binding = longest_path.binding_edges(
         edges["v"].to_numpy(),
         (edges["gap_ns"] - edges["work_ns"]).to_numpy(),

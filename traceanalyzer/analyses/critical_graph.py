@@ -415,13 +415,22 @@ def build_tables(
     node_count = ids.count
 
     with stage("analyze: critical path, tables: edges"):
-        edges = pl.concat(
-            [
-                *gpu_edges(ops, coll, stream_key, cross_stream_max_ns),
-                *host_edges(points, launched, sync_calls, ops),
-                *frame_edges(ops, points, off, jobs, stream_key),
-            ]
-        ).collect()
+        # one order whatever order the edges were made in: by source, then target (node
+        # ids are below 2^31, so the pair is one integer and one cheap sort)
+        edges = (
+            pl.concat(
+                [
+                    *gpu_edges(ops, coll, stream_key, cross_stream_max_ns),
+                    *host_edges(points, launched, sync_calls, ops),
+                    *frame_edges(ops, points, off, jobs, stream_key),
+                ]
+            )
+            .sort(pl.col("u") * (1 << 32) + pl.col("v"), maintain_order=True)
+            .collect()
+        )
+    # the node tables are done with: freed before the edges get their weights (at 10^6
+    # kernels they are a few hundred MB)
+    del raw_ops, ops, launched, points, spans, sync_calls, threads, coll, comm, ref
     with stage("analyze: critical path, tables: binding edges"):
         edges = bind(edges, node_count)
     return GraphTables(

@@ -40,3 +40,28 @@ def test_stages_are_printed_when_asked(tmp_path: Path) -> None:
 
 def test_nothing_printed_by_default(tmp_path: Path) -> None:
     assert "timing:" not in _report(tmp_path)
+
+
+def test_allocator_is_tuned_before_polars_loads() -> None:
+    """The command sets jemalloc's purge options before polars' library loads (they are read
+    once, then); a value the user set wins."""
+    code = (
+        "import os, sys\n"
+        "import traceanalyzer.entry as entry\n"
+        "assert 'polars' not in sys.modules\n"
+        "entry.tune_allocator()\n"
+        "print(os.environ[entry.ALLOCATOR_VARIABLE])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert out == "background_thread:true,dirty_decay_ms:200,muzzy_decay_ms:0"
+    mine = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**env, "_RJEM_MALLOC_CONF": "narenas:2"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert mine == "narenas:2"

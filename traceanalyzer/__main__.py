@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from traceanalyzer.cli import main
+from traceanalyzer.entry import main
 
 if __name__ == "__main__":
     main()

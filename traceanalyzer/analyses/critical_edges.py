@@ -408,7 +408,7 @@ def bind(edges: pl.DataFrame, node_count: int) -> pl.DataFrame:
     Binding: the least slack (`gap - work`), ties broken by role order then source node.
     Weights are never negative: a gap below zero (clocks of host and device that disagree
     by a little) counts as zero, so the path may come out a little longer than the step.
-    Output columns: step, u, v, owner, role, work_kind, slack_kind, binding, weight_ns,
+    Output columns: u, v, owner, role, work_kind, slack_kind, binding, weight_ns,
     work_part_ns, slack_part_ns, in the order of `edges` (critical_graph sorts them by u,
     then v: the lowest edge index breaks ties in the longest path).
     """
@@ -427,8 +427,7 @@ def bind(edges: pl.DataFrame, node_count: int) -> pl.DataFrame:
         .with_columns(binding=pl.Series(binding))
         .with_columns(weight_ns=weight)
         .with_columns(work_part_ns=pl.min_horizontal(work, pl.col("weight_ns")))
-        .select(
-            "step",
+        .select(  # `step` is left out: the steps are solved together, their nodes apart
             "u",
             "v",
             "owner",

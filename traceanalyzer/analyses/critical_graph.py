@@ -95,8 +95,9 @@ class GraphTables:
     """The dependency graphs of every step, as tables.
 
     `windows`: step, rank, name, start_ns (S), end_ns (T), offset_ns (added to this rank's
-    clock to align it), source, sink (node ids). `edges`: step, u, v, owner (rank), role,
-    work_ns, work_kind, gap_ns, slack_kind, binding, weight_ns (see module docstring).
+    clock to align it), source, sink (node ids). `edges` (critical_edges.bind): u, v, owner
+    (rank), role, work_kind, slack_kind, binding, weight_ns, work_part_ns, slack_part_ns,
+    sorted by u then v (see the module docstring).
     `jobs`: step, job (the node id of the step's job source).
     """
 

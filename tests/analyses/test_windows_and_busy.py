@@ -117,6 +117,31 @@ def test_union_and_busy_before_match_a_plain_loop() -> None:
             assert b == union_length([(s, e) for s, e in ivs if e > s]), (dev, t)
 
 
+def test_union_merges_each_group_like_a_plain_loop() -> None:
+    """Groups side by side after sorting (a null group too): no interval merges across a
+    group's edge, touching intervals merge, and busy_before_ns sums the earlier ones."""
+    rng = random.Random(11)
+    for _ in range(40):
+        rows = [
+            (0, dev, s, s + rng.randint(0, 40))
+            for dev in (0, 1, None)
+            for s in (rng.randint(0, 300) for _ in range(rng.randint(1, 25)))
+        ]
+        df = pl.DataFrame(rows, schema=["rank", "device", "start_ns", "end_ns"], orient="row")
+        got = union(df.lazy(), ["rank", "device"]).collect()
+        for dev in (0, 1, None):
+            want: list[list[int]] = []
+            for _r, _d, s, e in sorted(r for r in rows if r[1] == dev):
+                if want and s <= want[-1][1]:
+                    want[-1][1] = max(want[-1][1], e)
+                else:
+                    want.append([s, e])
+            mine = got.filter(pl.col("device").eq_missing(dev))
+            assert mine.select("start_ns", "end_ns").rows() == [tuple(w) for w in want], dev
+            before = [sum(e - s for s, e in want[:i]) for i in range(len(want))]
+            assert mine["busy_before_ns"].to_list() == before
+
+
 def _step_names(tmp_path: Path, names: list[str], pattern: str | None) -> list[str]:
     events: list[dict[str, object]] = []
     for i, name in enumerate(names):

@@ -25,15 +25,19 @@ def union(intervals: pl.LazyFrame, by: list[str]) -> pl.LazyFrame:
     """
     # sorted by group and start, a merged interval starts at a row that starts after every
     # earlier end of its group (`_new`) and ends at the running maximum of the ends on the
-    # last row before the next such start: no group-by, no second sort
+    # last row before the next such start: no group-by, no second sort. The previous and
+    # next rows' values are read where the neighbour is in the same group (the frame is
+    # sorted by it), not through window functions that hash every row into its group
     reach = pl.col("_reach")
     ordered = sort_stable(intervals.select([*by, "start_ns", "end_ns"]), [*by, "start_ns"])
+    before = reach.shift(1)
     flagged = (
         ordered.with_columns(_reach=pl.col("end_ns").cum_max().over(by))
+        .with_columns(_before=pl.when(_same_group(by, 1)).then(before))
+        .with_columns(_new=pl.col("_before").is_null() | (pl.col("start_ns") > pl.col("_before")))
         .with_columns(
-            _new=reach.shift(1).over(by).is_null() | (pl.col("start_ns") > reach.shift(1).over(by))
+            _last=pl.when(_same_group(by, -1)).then(pl.col("_new").shift(-1)).fill_null(True)
         )
-        .with_columns(_last=pl.col("_new").shift(-1).over(by).fill_null(True))
     )
     starts = flagged.filter(pl.col("_new")).select([*by, "start_ns"])
     ends = flagged.filter(pl.col("_last")).select(end_ns="_reach")
@@ -41,6 +45,13 @@ def union(intervals: pl.LazyFrame, by: list[str]) -> pl.LazyFrame:
     return pl.concat([starts, ends], how="horizontal").with_columns(
         busy_before_ns=length.cum_sum().over(by) - length
     )
+
+
+def _same_group(by: list[str], offset: int) -> pl.Expr:
+    """Whether the row `offset` rows away has the same `by` values (nulls equal to nulls, as
+    in a group-by). At the frame's edge the answer does not matter: the shifted value read
+    there is null either way."""
+    return pl.all_horizontal(pl.col(k).eq_missing(pl.col(k).shift(offset)) for k in by)
 
 
 def busy_before(points: pl.LazyFrame, merged: pl.LazyFrame, by: list[str], at: str) -> pl.LazyFrame:

@@ -69,6 +69,23 @@ def test_cpu_bound_step(tmp_path: Path) -> None:
     assert not row["crosses_ranks"]
 
 
+def test_a_thread_with_a_null_tid_is_still_one_group(tmp_path: Path) -> None:
+    """A tid written as text without digits reads as null. Its host points must stay one
+    group, as the window functions (`shift().over()`) this code replaced kept them: a review
+    found them cut apart by a null-unsafe comparison, which changed the what-ifs (2 -> 6 µs).
+    The values are the ones the code before that change gives. (Such a thread is not linked
+    to its launches at all: a reader limitation, left as it was.)"""
+    events = [step(1, 0, 76, tid="main thread")]
+    for k in range(4):
+        events += [
+            launch(10 + 20 * k, 5, corr=k + 1, tid="main thread"),
+            kernel(15 + 20 * k, 3, GEMM, corr=k + 1),
+        ]
+    row, saved = _run(tmp_path, events)
+    assert _kinds(row) == {"gpu_compute": 12, "idle": 66}
+    assert saved["gemm_2x"] == saved["gpu_compute_2x"] == 2_000
+
+
 def test_gpu_bound_step(tmp_path: Path) -> None:
     # four 10 µs kernels launched 2 µs apart: they queue up on the stream
     events = [step(1, 0, 9)]

@@ -72,8 +72,9 @@ def edge_rows(frame: pl.DataFrame | pl.LazyFrame, **cols: pl.Expr) -> pl.LazyFra
 def neighbour(column: str, by: int, keys: list[str]) -> pl.Expr:
     """`column` of the row `by` rows away when it has the same `keys` (else null): the
     frame must be sorted by `keys`. What `shift(by).over(keys)` gives, without hashing
-    millions of rows into groups."""
-    same = pl.all_horizontal(pl.col(k) == pl.col(k).shift(by) for k in keys)
+    millions of rows into groups; null keys are one group, as there (a host thread whose
+    tid the trace wrote as text without digits has a null tid)."""
+    same = pl.all_horizontal(pl.col(k).eq_missing(pl.col(k).shift(by)) for k in keys)
     return pl.when(same).then(pl.col(column).shift(by))
 
 

@@ -325,25 +325,10 @@ def _drop_steps(
 def _classified(timeline: Timeline, kernels_in: pl.LazyFrame) -> pl.LazyFrame:
     """Kernels in the windows with kernel_class, is_comm, collective_kind and the Tensor
     Core verdict (name rules run once per distinct name)."""
-    verdicts = (
-        tensor_cores.add_verdicts(kernels_in.drop("launch_ns"), timeline)
-        .with_columns(is_comm=pl.col("kernel_class") == "comm")
-        .with_row_index("_order")
+    verdicts = tensor_cores.add_verdicts(kernels_in.drop("launch_ns"), timeline).with_columns(
+        is_comm=pl.col("kernel_class") == "comm"
     )
-    # the collective of comm kernels only (three name lookups a row, for a few rows in a
-    # thousand), then the rows back in their order
-    comm = verdicts.filter(pl.col("is_comm")).with_columns(
-        collective_kind=classify.comm_collective(
-            pl.lit(True),
-            pl.col("name"),
-            pl.col("op_name"),
-            pl.coalesce(pl.col("collective"), pl.col("op_collective")),
-        )
-    )
-    rest = verdicts.filter(~pl.col("is_comm") | pl.col("is_comm").is_null()).with_columns(
-        collective_kind=pl.lit(None, classify.COLLECTIVE_KIND)
-    )
-    return pl.concat([comm, rest]).sort("_order").drop("_order")
+    return classify.with_comm_collective(verdicts, pl.col("is_comm"), "collective_kind")
 
 
 def _no_match(timeline: Timeline, pattern: str) -> ConfigError:

@@ -46,9 +46,8 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceanalyzer.analyses.classify import (
-    COLLECTIVE_KIND,
-    comm_collective,
     kernel_class,
+    with_comm_collective,
     with_launching_op,
 )
 from traceanalyzer.analyses.critical_edges import (
@@ -192,20 +191,8 @@ def gpu_ops(
     classed = placed.join(
         collective_launches(timeline), on=["rank", "correlation"], how="left"
     ).with_columns(work_kind=work_kind)
-    is_comm = pl.col("work_kind") == "comm"
-    # the collective of comm kernels only: naming it costs three lookups a row, and
-    # communication is a few rows in a thousand
-    comm = classed.filter(is_comm).with_columns(
-        coll=comm_collective(
-            pl.lit(True),
-            pl.col("name"),
-            pl.col("op_name"),
-            pl.coalesce(pl.col("collective"), pl.col("op_collective")),
-        )
-    )
-    rest = classed.filter(~is_comm).with_columns(coll=pl.lit(None, COLLECTIVE_KIND))
     return (
-        pl.concat([comm, rest])
+        with_comm_collective(classed, pl.col("work_kind") == "comm", "coll")
         .sort("order")
         .select(
             "rank",

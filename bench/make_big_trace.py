@@ -19,8 +19,8 @@ the copies, and the profiler's ``Trace`` span is stretched to cover every copy.
 
 The output is streamed to disk in Kineto's pretty-printed layout (the source's header, one
 indented block per event, then the trailer keys) and stops after the copy that brings it to
-``--size-mb`` megabytes (10^6 bytes) of uncompressed JSON. ``--check`` loads the result back
-and checks its events, steps, timestamps and ids.
+``--size-mb`` megabytes (10^6 bytes) of uncompressed JSON (or after ``--copies`` copies).
+``--check`` loads the result back and checks its events, steps, timestamps and ids.
 """
 
 from __future__ import annotations
@@ -184,15 +184,22 @@ class Source:
         self.id_stride = max_id(events) + 1
 
 
-def write_big_trace(src: Source, out_path: Path, size_mb: float) -> dict[str, int]:
-    """Stream copies of the period to ``out_path`` until it holds ``size_mb`` MB."""
+def write_big_trace(
+    src: Source, out_path: Path, size_mb: float, copies_wanted: int | None = None
+) -> dict[str, int]:
+    """Stream copies of the period to ``out_path`` until it holds ``size_mb`` MB (or
+    ``copies_wanted`` copies, where given)."""
     target = size_mb * MB
     copies = 0
     count = 0
     with out_path.open("wb") as out:
         written = out.write(src.header)
         sep = ""
-        while copies == 0 or written + len(src.trailer) < target:
+        while (
+            copies < copies_wanted
+            if copies_wanted
+            else copies == 0 or written + len(src.trailer) < target
+        ):
             k = copies
             for ev in src.period:
                 ev = shifted(ev, k * src.period_ns, k * src.id_stride, k * src.nsteps)
@@ -270,12 +277,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("src", nargs="?", type=Path, default=DEFAULT_SRC, help="source trace")
     parser.add_argument("out", type=Path, help="trace to write (.json)")
     parser.add_argument("--size-mb", type=float, default=1000, help="size to reach, 10^6 B")
+    parser.add_argument("--copies", type=int, default=None, help="copies (instead of a size)")
     parser.add_argument("--check", action="store_true", help="load the output back, check it")
     args = parser.parse_args(argv)
 
     src = Source(args.src)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    stats = write_big_trace(src, args.out, args.size_mb)
+    stats = write_big_trace(src, args.out, args.size_mb, args.copies)
     print(
         f"{args.out}: {stats['events']} events, {stats['steps']} steps "
         f"({stats['copies']} copies of {src.nsteps}), {stats['bytes']} bytes "

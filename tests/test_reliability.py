@@ -25,7 +25,7 @@ from click.testing import CliRunner
 from tests.builders import kernel, launch, step, write_trace
 from tests.conftest import SAMPLES
 from traceanalyzer import batch as batch_mod
-from traceanalyzer import termination
+from traceanalyzer import parallel, termination
 from traceanalyzer.batch import Options, run_batch
 from traceanalyzer.cli import cli
 from traceanalyzer.compare import load_report
@@ -154,7 +154,7 @@ def test_file_name_too_long(tmp_path: Path) -> None:
 
 def test_unreachable_dask_scheduler(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("dask.distributed")
-    monkeypatch.setattr(batch_mod, "DASK_CONNECT_TIMEOUT_S", 1)
+    monkeypatch.setattr(parallel, "DASK_CONNECT_TIMEOUT_S", 1)
     path = write_trace(tmp_path / "t.json", EVENTS)
     with pytest.raises(ConfigError, match="cannot reach the dask scheduler"):
         run_batch([str(path)], tmp_path / "out", dask_scheduler="tcp://127.0.0.1:9")

@@ -7,13 +7,14 @@ from pathlib import Path
 
 import polars as pl
 
-from traceanalyzer import __version__
+from traceanalyzer import __version__, ranks
 from traceanalyzer.analyses import DEFAULT_TOP_KERNELS, Metrics, analyze
-from traceanalyzer.analyses.context import run_context
+from traceanalyzer.analyses.context import decide
 from traceanalyzer.analyses.critical_path import PATH_KINDS, per_rank
 from traceanalyzer.analyses.idle import LAUNCH_GAP_MAX_NS
+from traceanalyzer.analyses.rank import Options
 from traceanalyzer.config import Settings
-from traceanalyzer.model import Timeline
+from traceanalyzer.model import Timeline, TraceMeta
 from traceanalyzer.readers import read
 from traceanalyzer.render import pick, write_report
 from traceanalyzer.report import Report, build_report
@@ -46,9 +47,20 @@ def report(
     settings: Settings | None = None,
     all_steps: bool = False,
     export_dir: Path | None = None,
+    jobs: int | None = None,
+    dask_scheduler: str | None = None,
 ) -> Report:
     """Load, analyze, diagnose and build the report of one trace (`export_dir`: where the
-    SQLite exports of Nsight Systems reports are kept; default: a temporary folder)."""
+    SQLite exports of Nsight Systems reports are kept; default: a temporary folder).
+
+    A folder of per-rank traces is reduced rank by rank (`ranks.analyze_folder`): each rank
+    read and analysed alone in `jobs` worker processes (default: all cores; 1: one after
+    the other, here), or on the dask.distributed scheduler at `dask_scheduler`."""
+    opts = Options(top_n, step_pattern, launch_gap_max_ns, all_steps)
+    if ranks.is_rank_folder(Path(path)):
+        with stage("read and analyze ranks"):
+            meta, metrics = ranks.analyze_folder(Path(path), opts, jobs, dask_scheduler)
+        return diagnose(meta, metrics, settings)
     return run(
         load(path, export_dir),
         top_n=top_n,
@@ -76,16 +88,20 @@ def run(
         launch_gap_max_ns=launch_gap_max_ns,
         all_steps=all_steps,
     )
+    return Analysis(timeline, metrics, diagnose(timeline.meta, metrics, settings))
+
+
+def diagnose(meta: TraceMeta, metrics: Metrics, settings: Settings | None = None) -> Report:
+    """The rules' findings on the metrics, and the report."""
     with stage("rules"):
-        ctx = context(metrics, timeline)
+        ctx = context(metrics, meta)
         findings = run_rules(ctx, settings or Settings())
     with stage("report"):
-        rep = _report(timeline, metrics, findings, ctx, per_rank(metrics.critical_steps))
-    return Analysis(timeline, metrics, rep)
+        return _report(meta, metrics, findings, ctx, per_rank(metrics.critical_steps))
 
 
 def _report(
-    timeline: Timeline,
+    meta: TraceMeta,
     metrics: Metrics,
     findings: list[Finding],
     ctx: Context,
@@ -93,7 +109,7 @@ def _report(
 ) -> Report:
     totals = dict(metrics.steps.group_by("rank").agg(pl.col("step").n_unique()).iter_rows())
     return build_report(
-        timeline.meta,
+        meta,
         metrics,
         tool_version=__version__,
         findings=findings,
@@ -113,7 +129,7 @@ def _report(
     )
 
 
-def context(metrics: Metrics, timeline: Timeline) -> Context:
+def context(metrics: Metrics, meta: TraceMeta) -> Context:
     """What the rules read: metrics, meta, the mean saving per step of each what-if, the mean
     steady step of each rank (without step markers, each rank's window: one step), and the
     run context."""
@@ -123,10 +139,10 @@ def context(metrics: Metrics, timeline: Timeline) -> Context:
         steps = metrics.devices.group_by("rank").agg(step_ns=pl.col("window_ns").max())
     return Context(
         metrics=metrics,
-        meta=timeline.meta,
+        meta=meta,
         what_if={(r, s): round(v) for r, s, v in saved.iter_rows()},
         step_ns={r: round(v) for r, v in steps.iter_rows()},
-        run=run_context(timeline, metrics),
+        run=decide(metrics.facts, meta, metrics),
     )
 
 

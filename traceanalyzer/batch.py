@@ -11,29 +11,23 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import re
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from traceanalyzer import __version__, termination
+from traceanalyzer import __version__, parallel
 from traceanalyzer.config import Settings
 from traceanalyzer.errors import ConfigError, TraceAnalyzerError
 from traceanalyzer.readers.archives import DEFAULT_MAX_UNPACKED, Run, discover
 from traceanalyzer.render.base import write_text_atomic
 from traceanalyzer.report import headline_numbers
-
-#: Seconds to wait for a dask scheduler to answer before giving up.
-DASK_CONNECT_TIMEOUT_S = 10
 
 #: Columns of the summary table, in order (see `summary_row`).
 SUMMARY_SCHEMA = pl.Schema(
@@ -200,6 +194,7 @@ def analyse_run(job: Job) -> dict[str, Any]:
             step_pattern=opts.step_pattern,
             all_steps=opts.all_steps,
             export_dir=out / ".cache" / "exports",
+            jobs=1,  # a run's ranks one after the other: the batch's workers are the parallelism
         )
         api.write(rep, "json", str(report_path))
         if job.html:
@@ -260,73 +255,8 @@ def run_batch(
 
 
 def _execute(batch: list[Job], jobs: int | None, scheduler: str | None) -> Iterator[dict[str, Any]]:
-    if scheduler:
-        yield from _execute_dask(batch, scheduler)
-        return
-    workers = jobs or os.cpu_count() or 1
-    if workers == 1:
-        for job in batch:
-            yield analyse_run(job)
-        return
-    # spawn, not fork: polars' thread pool is already running in this process, and a forked
-    # child inherits its locks mid-use (a deadlock)
-    # each worker runs polars single-threaded: the processes are the parallelism, and two
-    # polars thread pools per core would only contend (set before the children import it)
-    saved = os.environ.get("POLARS_MAX_THREADS")
-    os.environ["POLARS_MAX_THREADS"] = "1"
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"))
-    try:
-        # the workers start as the runs are submitted: a SIGTERM while one is being handed
-        # its start-up data would leave it half-started (a traceback) and unknown to `_stop`,
-        # so the signal waits until every worker has been handed its start-up data
-        with termination.held():
-            futures = [pool.submit(analyse_run, job) for job in batch]
-        for future in as_completed(futures):
-            yield future.result()
-    except BaseException:  # interrupted or terminated: stop the workers now, not after the queue
-        _stop(pool)
-        raise
-    else:
-        pool.shutdown()
-    finally:
-        if saved is None:
-            os.environ.pop("POLARS_MAX_THREADS", None)
-        else:
-            os.environ["POLARS_MAX_THREADS"] = saved
-
-
-def _stop(pool: ProcessPoolExecutor) -> None:
-    """Cancel the queued runs and end the running workers (so the caller's scratch folder of
-    unpacked archives can be removed at once)."""
-    processes = list((pool._processes or {}).values())  # no public handle on the workers
-    pool.shutdown(wait=False, cancel_futures=True)
-    for process in processes:
-        process.terminate()
-    for process in processes:
-        process.join(timeout=5)
-
-
-def _execute_dask(batch: list[Job], scheduler: str) -> Iterator[dict[str, Any]]:
-    """Send the runs to a dask.distributed cluster (the `dask` extra)."""
-    try:
-        from dask.distributed import Client
-        from dask.distributed import as_completed as dask_completed
-    except ImportError as exc:
-        raise ConfigError(
-            "--dask-scheduler needs dask.distributed",
-            hint="pip install 'traceanalyzer[dask]'",
-        ) from exc
-    try:
-        client = Client(scheduler, timeout=DASK_CONNECT_TIMEOUT_S)  # type: ignore[no-untyped-call]
-    except (OSError, TimeoutError, ValueError, TypeError) as exc:
-        raise ConfigError(
-            f"cannot reach the dask scheduler at {scheduler!r} ({exc})",
-            hint="check the address (tcp://HOST:8786) and that `dask scheduler` runs there",
-        ) from exc
-    with client:
-        futures = client.map(analyse_run, batch, pure=False)
-        for future in dask_completed(futures):  # type: ignore[no-untyped-call]
-            yield future.result()
+    for _i, row in parallel.run_all(analyse_run, batch, jobs, scheduler):
+        yield row
 
 
 def write_summary(summary: pl.DataFrame, out_dir: Path, fmt: str) -> Path:

@@ -122,6 +122,21 @@ def cli() -> None:
     default=None,
     help="Exit with status 1 when a finding is at or above this severity.",
 )
+@click.option(
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=None,
+    help="For a folder of per-rank traces: worker processes that read and analyse the ranks "
+    "(default: all cores; 1: one rank after the other in this process).",
+)
+@click.option(
+    "--dask-scheduler",
+    default=None,
+    metavar="ADDR",
+    help="For a folder of per-rank traces: analyse the ranks on this dask.distributed "
+    "scheduler's workers (pip install 'traceanalyzer[dask]'); the files must be readable there "
+    "at the same path.",
+)
 @analysis_options
 def report(
     trace: str,
@@ -133,13 +148,16 @@ def report(
     config: Path | None,
     overrides: tuple[str, ...],
     fail_on: str | None,
+    jobs: int | None,
+    dask_scheduler: str | None,
     all_steps: bool,
     nsys: str | None,
     debug: bool,
 ) -> None:
     """Report where GPU time went in TRACE: a torch.profiler trace (.json, .json.gz), a folder
     of per-rank traces, an Nsight Systems SQLite export, or an Nsight Systems report
-    (.nsys-rep, exported with nsys)."""
+    (.nsys-rep, exported with nsys). A folder's ranks are each read and analysed alone, in
+    parallel, and only their results are merged: memory stays bounded by the largest rank."""
 
     def job() -> None:
         _use_nsys(nsys)
@@ -151,6 +169,8 @@ def report(
             launch_gap_max_ns=round(launch_gap_us * 1000),
             settings=settings,
             all_steps=all_steps,
+            jobs=jobs,
+            dask_scheduler=dask_scheduler,
         )
         api.write(rep, fmt, output)
         if api.gate(rep, settings):

@@ -120,7 +120,7 @@ class _Extended:
 
 def _context(tmp_path: Path, events: list[Event], **extra: pl.DataFrame) -> Context:
     timeline = read(write_example(events, tmp_path, "ctx"))
-    ctx = api.context(analyze(timeline), timeline)
+    ctx = api.context(analyze(timeline), timeline.meta)
     return Context(
         metrics=_Extended(ctx.metrics, **extra),  # type: ignore[arg-type]
         meta=ctx.meta,

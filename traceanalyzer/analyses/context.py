@@ -13,12 +13,13 @@ The names are matched once per distinct name (a few thousand), never per event.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
 
 from traceanalyzer.analyses.metrics import Metrics
-from traceanalyzer.model import Kind, Timeline
+from traceanalyzer.model import Kind, Timeline, TraceMeta
 
 _HOST = [Kind.CPU_OP.value, Kind.ANNOTATION.value, Kind.RUNTIME.value, Kind.DRIVER.value]
 
@@ -59,8 +60,8 @@ CONTEXT_KEYS = (
 )
 
 
-def _names(timeline: Timeline, kinds: list[str]) -> list[str]:
-    return (
+def _names(timeline: Timeline, kinds: list[str]) -> frozenset[str]:
+    return frozenset(
         timeline.events.lazy()
         .filter(pl.col("kind").is_in(kinds))
         .select(pl.col("name").unique().cast(pl.String))
@@ -70,18 +71,43 @@ def _names(timeline: Timeline, kinds: list[str]) -> list[str]:
     )
 
 
-def _any(pattern: re.Pattern[str], names: list[str]) -> bool:
+def _any(pattern: re.Pattern[str], names: frozenset[str]) -> bool:
     return any(pattern.search(n) for n in names)
 
 
-def run_context(timeline: Timeline, metrics: Metrics) -> dict[str, Any]:
-    """The run's context (CONTEXT_KEYS); see the module docs for what each means."""
-    ev = timeline.events
-    host = _names(timeline, _HOST)
-    frames = _names(timeline, [Kind.PYTHON.value])  # with_stack: module paths tell DDP/FSDP
-    kernels = _names(timeline, [Kind.KERNEL.value])
+@dataclass(frozen=True, slots=True)
+class RunFacts:
+    """What the run context is read off, per rank and mergeable (`merge`): the distinct
+    names of host events, Python frames and kernels, which kinds of record the trace holds,
+    and kernel launches (all, and Inductor's)."""
+
+    host: frozenset[str]
+    frames: frozenset[str]
+    kernels: frozenset[str]
+    has: tuple[tuple[str, bool], ...]
+    launches: int
+    inductor_launches: int
+
+    @staticmethod
+    def merge(parts: list[RunFacts]) -> RunFacts:
+        """The facts of a job, from each rank's."""
+        if len(parts) == 1:
+            return parts[0]
+        keys = [k for k, _ in parts[0].has]
+        return RunFacts(
+            host=frozenset().union(*(p.host for p in parts)),
+            frames=frozenset().union(*(p.frames for p in parts)),
+            kernels=frozenset().union(*(p.kernels for p in parts)),
+            has=tuple((k, any(dict(p.has)[k] for p in parts)) for k in keys),
+            launches=sum(p.launches for p in parts),
+            inductor_launches=sum(p.inductor_launches for p in parts),
+        )
+
+
+def facts(timeline: Timeline) -> RunFacts:
+    """The run facts of `timeline` (names matched later, once per distinct name)."""
     has = (
-        ev.lazy()
+        timeline.events.lazy()
         .select(
             ops=(pl.col("kind") == Kind.CPU_OP.value).any(),
             runtime=pl.col("kind").is_in([Kind.RUNTIME.value, Kind.DRIVER.value]).any(),
@@ -92,6 +118,33 @@ def run_context(timeline: Timeline, metrics: Metrics) -> dict[str, Any]:
         .collect()
         .row(0, named=True)
     )
+    counts = (
+        timeline.events.lazy()
+        .filter(pl.col("kind") == Kind.KERNEL.value)
+        .group_by("name")
+        .len()
+        .with_columns(pl.col("name").cast(pl.String))
+        .collect()
+    )
+    mine = counts.filter(pl.col("name").str.contains(COMPILE_KERNEL.pattern))
+    return RunFacts(
+        host=_names(timeline, _HOST),
+        frames=_names(timeline, [Kind.PYTHON.value]),  # with_stack: module paths tell DDP/FSDP
+        kernels=_names(timeline, [Kind.KERNEL.value]),
+        has=tuple((k, bool(v)) for k, v in has.items()),
+        launches=int(counts["len"].sum() or 0),
+        inductor_launches=int(mine["len"].sum() or 0),
+    )
+
+
+def run_context(timeline: Timeline, metrics: Metrics) -> dict[str, Any]:
+    """The run's context (CONTEXT_KEYS) of one timeline; see `decide`."""
+    return decide(facts(timeline), timeline.meta, metrics)
+
+
+def decide(found: RunFacts, meta: TraceMeta, metrics: Metrics) -> dict[str, Any]:
+    """The run's context (CONTEXT_KEYS); see the module docs for what each means."""
+    host, frames, kernels, has = found.host, found.frames, found.kernels, dict(found.has)
     ops = bool(has["ops"])
 
     def seen(pattern: re.Pattern[str]) -> bool | None:
@@ -99,7 +152,7 @@ def run_context(timeline: Timeline, metrics: Metrics) -> dict[str, Any]:
         return True if _any(pattern, host) else (False if ops else None)
 
     compiled: bool | str = _any(COMPILE_HOST, host) or _any(COMPILE_KERNEL, kernels)
-    if compiled and _compiled_share(timeline) < COMPILED_SHARE:
+    if compiled and _compiled_share(found) < COMPILED_SHARE:
         compiled = "partial"  # a compiled region or two; most of the model runs eagerly
     graphs = _any(GRAPH_LAUNCH, host)
     fused = _any(FUSED_OPT, host) or _any(FUSED_OPT, kernels)
@@ -118,7 +171,7 @@ def run_context(timeline: Timeline, metrics: Metrics) -> dict[str, Any]:
         "grad_scaler": seen(GRAD_SCALER),
         "fused_optimizer": True if fused else (False if optimizer else None),
         "dataloader_workers": loader,
-        "vendor": _vendor(timeline, host, kernels),
+        "vendor": _vendor(meta, host, kernels),
         "profiler_overhead": {
             "stacks": bool(has["python"]),
             "memory": bool(has["memory"]),
@@ -132,21 +185,9 @@ def run_context(timeline: Timeline, metrics: Metrics) -> dict[str, Any]:
 COMPILED_SHARE = 0.05
 
 
-def _compiled_share(timeline: Timeline) -> float:
+def _compiled_share(found: RunFacts) -> float:
     """The share of kernel launches that are Inductor-generated (1.0 without kernels)."""
-    counts = (
-        timeline.events.lazy()
-        .filter(pl.col("kind") == Kind.KERNEL.value)
-        .group_by("name")
-        .len()
-        .with_columns(pl.col("name").cast(pl.String))
-        .collect()
-    )
-    total = int(counts["len"].sum() or 0)
-    if not total:
-        return 1.0
-    mine = counts.filter(pl.col("name").str.contains(COMPILE_KERNEL.pattern))
-    return int(mine["len"].sum() or 0) / total
+    return found.inductor_launches / found.launches if found.launches else 1.0
 
 
 def _amp_dtype(metrics: Metrics) -> str | bool | None:
@@ -170,9 +211,9 @@ def _amp_dtype(metrics: Metrics) -> str | bool | None:
     return None
 
 
-def _vendor(timeline: Timeline, host: list[str], kernels: list[str]) -> str | None:
+def _vendor(meta: TraceMeta, host: frozenset[str], kernels: frozenset[str]) -> str | None:
     """ "amd" or "nvidia", from the device names, else the runtime API's names."""
-    names = [d.name or "" for d in timeline.meta.devices]
+    names = [d.name or "" for d in meta.devices]
     if any(AMD_DEVICE.search(n) for n in names):
         return "amd"
     if any(NVIDIA_DEVICE.search(n) for n in names):

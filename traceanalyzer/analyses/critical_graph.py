@@ -258,25 +258,41 @@ def step_windows(
     )
 
 
-def build_tables(
+@dataclass(frozen=True, slots=True)
+class GraphInputs:
+    """What the graphs of some ranks' sampled steps are built from (`graph_inputs`): all a
+    rank's graph needs of its events, so the ranks of a job can be read and reduced apart and
+    their graphs built together (`build_tables` over `GraphInputs.concat` of every rank's).
+
+    `markers`: the sampled steps' markers; `ops`: gpu_ops of those steps (and the work queued
+    before them: `pre`); `threads`: each host thread's first start and last end in each step
+    (rank, step, pid, tid, first, last); `syncs`: the sync calls that start in a step (rank,
+    step, pid, tid, start_ns, end_ns)."""
+
+    markers: pl.DataFrame
+    ops: pl.DataFrame
+    threads: pl.DataFrame
+    syncs: pl.DataFrame
+
+    @staticmethod
+    def concat(parts: list[GraphInputs]) -> GraphInputs:
+        """The inputs of several ranks (each part's ranks apart from the others')."""
+        if len(parts) == 1:
+            return parts[0]
+        return GraphInputs(
+            *(pl.concat([getattr(p, f) for p in parts]) for f in GraphInputs.__slots__)
+        )
+
+
+def graph_inputs(
     timeline: Timeline,
     markers: pl.DataFrame,
     syncs: pl.DataFrame,
-    *,
-    cross_stream_max_ns: int = CROSS_STREAM_MAX_NS,
     work: pl.DataFrame | None = None,
-) -> GraphTables:
-    """Build the node and edge tables of every step's graph (see the module docstring).
-
-    `markers`: windows.step_markers (rank, step, name, start_ns, end_ns); `syncs`:
-    idle.sync_calls (rank, pid, tid, name, start_ns, end_ns; rows without a thread, CUPTI
-    sync records, are not used). `work`: see `gpu_ops`.
-    """
+) -> GraphInputs:
+    """The graph inputs of the steps of `markers` (see `GraphInputs`, `build_tables`)."""
     with stage("analyze: critical path, tables: gpu ops"):
-        every_op = gpu_ops(timeline, markers, work)
-    queued = every_op.filter(pl.col("pre")).group_by("rank").agg(pre_end_ns=pl.col("end_ns").max())
-    raw_ops = every_op.filter(~pl.col("pre")).drop("pre")
-    del every_op
+        ops = gpu_ops(timeline, markers, work)
     # each host thread's first start and last end in each step: all the graph needs of the
     # host events (with Python stacks recorded they are most of the trace: not held)
     threads = (
@@ -285,6 +301,31 @@ def build_tables(
         .agg(first=pl.col("start_ns").min(), last=pl.col("end_ns").max())
         .collect()
     )
+    in_steps = in_ranges(
+        syncs.lazy().filter(pl.col("pid").is_not_null()).select(*_THREAD, "start_ns", "end_ns"),
+        markers.lazy(),
+        "rank",
+    )
+    return GraphInputs(
+        markers=markers,
+        ops=ops,
+        threads=threads,
+        syncs=in_steps.select("rank", "step", "pid", "tid", "start_ns", "end_ns").collect(),
+    )
+
+
+def build_tables(
+    inputs: GraphInputs, *, cross_stream_max_ns: int = CROSS_STREAM_MAX_NS
+) -> GraphTables:
+    """Build the node and edge tables of every step's graph (see the module docstring) from
+    the inputs of every rank of the job (`graph_inputs`)."""
+    markers, threads = inputs.markers, inputs.threads
+    # ties in stable order: within a rank, the order gpu_ops gives (by launch), whether the
+    # ranks' inputs were made together or apart
+    every_op = inputs.ops
+    queued = every_op.filter(pl.col("pre")).group_by("rank").agg(pre_end_ns=pl.col("end_ns").max())
+    raw_ops = every_op.filter(~pl.col("pre")).drop("pre")
+    del every_op
     wins = step_windows(raw_ops, threads.select("rank", "step", end_ns="last"), markers, queued)
     s_of = wins.select("rank", "step", w_start="start_ns", w_end="end_ns")
 
@@ -294,7 +335,7 @@ def build_tables(
         raw_ops.join(s_of, on=["rank", "step"])
         .filter(pl.col("end_ns") > pl.col("w_start"))
         .with_columns(start_ns=pl.max_horizontal("start_ns", "w_start"))
-        .sort("rank", "step", "device", "stream", "start_ns", "end_ns")
+        .sort("rank", "step", "device", "stream", "start_ns", "end_ns", maintain_order=True)
         .with_row_index("i")
     )
     first_op = ids.take("gpu_ops", 2 * ops.height)
@@ -306,11 +347,7 @@ def build_tables(
 
     # --- host points, clipped to S, one node per distinct (thread, time)
     sync_calls = (
-        in_ranges(
-            syncs.lazy().filter(pl.col("pid").is_not_null()).select(*_THREAD, "start_ns", "end_ns"),
-            markers.lazy(),
-            "rank",
-        )
+        inputs.syncs.lazy()
         .join(s_of.lazy(), on=["rank", "step"])
         .filter(pl.col("end_ns") > pl.col("w_start"))
         .with_columns(start_ns=pl.max_horizontal("start_ns", "w_start"))

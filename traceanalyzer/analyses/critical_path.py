@@ -37,8 +37,10 @@ from traceanalyzer.analyses import longest_path
 from traceanalyzer.analyses.critical_edges import EDGE_KINDS, ROLES
 from traceanalyzer.analyses.critical_graph import (
     CROSS_STREAM_MAX_NS,
+    GraphInputs,
     GraphTables,
     build_tables,
+    graph_inputs,
 )
 from traceanalyzer.analyses.devices import share
 from traceanalyzer.analyses.longest_path import I64
@@ -229,12 +231,35 @@ def prepare(
     """The first half of `critical_paths`: the graph tables (polars; the part that needs the
     most memory, and none of it afterwards). `solve()` on the result is the second half,
     mostly single-threaded Python: the analyses run it on a thread beside the others."""
+    found = inputs(timeline, markers, syncs, max_steps_per_rank=max_steps_per_rank, work=work)
+    return prepared([found] if found else [], scenarios, cross_stream_max_ns)
+
+
+def inputs(
+    timeline: Timeline,
+    markers: pl.DataFrame,
+    syncs: pl.DataFrame,
+    *,
+    max_steps_per_rank: int | None = MAX_STEPS_PER_RANK,
+    work: pl.DataFrame | None = None,
+) -> GraphInputs | None:
+    """The graph inputs of the sampled steps of the ranks of `timeline` (None without steps):
+    what each rank of a job hands to `prepared`."""
     if markers.height == 0:
+        return None
+    return graph_inputs(timeline, sample_steps(markers, max_steps_per_rank), syncs, work)
+
+
+def prepared(
+    parts: list[GraphInputs],
+    scenarios: tuple[Scenario, ...] = SCENARIOS,
+    cross_stream_max_ns: int = CROSS_STREAM_MAX_NS,
+) -> Prepared:
+    """The graph tables of every rank's sampled steps, from each rank's inputs (in order of
+    rank), ready for `solve`."""
+    if not parts:
         return Prepared(None, scenarios)
-    markers = sample_steps(markers, max_steps_per_rank)
-    tables = build_tables(
-        timeline, markers, syncs, cross_stream_max_ns=cross_stream_max_ns, work=work
-    )
+    tables = build_tables(GraphInputs.concat(parts), cross_stream_max_ns=cross_stream_max_ns)
     return Prepared(tables, scenarios)
 
 

@@ -344,12 +344,18 @@ def sync_sites(
     calls = syncs.filter(pl.col("pid").is_not_null()).with_row_index("_call")
     thread = ["rank", "pid", "tid"]
     # only the threads that made sync calls matter
-    events = timeline.events.lazy().join(calls.select(thread).unique(), on=thread, how="semi")
+    events = (
+        timeline.events.lazy()
+        .with_row_index("_event")  # the order recorded: ties below are decided by it
+        .join(calls.select(thread).unique(), on=thread, how="semi")
+    )
     # outermost operator: the top-level CPU op (not inside another op on its thread) around it
     ops = (
         events.filter(pl.col("kind") == Kind.CPU_OP.value)
-        .select(*thread, "start_ns", "end_ns", op="name")
-        .sort(*thread, "start_ns")
+        .select(*thread, "start_ns", "end_ns", "_event", op="name")
+        # an operator and the one it calls can start in the same microsecond (aten::to and
+        # aten::_to_copy): the enclosing one, which ends later, first (then as recorded)
+        .sort([*thread, "start_ns", "end_ns", "_event"], descending=[False] * 4 + [True, False])
         .with_columns(_reach=pl.col("end_ns").cum_max().shift(1).over(thread))
         .filter(pl.col("_reach").is_null() | (pl.col("_reach") <= pl.col("start_ns")))
         # names become text only for the top-level operators left
@@ -380,7 +386,13 @@ def sync_sites(
         .join(frames, on=thread)
         .filter((pl.col("f_start") <= pl.col("start_ns")) & (pl.col("f_end") >= pl.col("end_ns")))
         .group_by("_call")
-        .agg(pl.col("site").sort_by("f_start").last())
+        # the innermost frame: the latest to start, then the first to end (then by name: a
+        # tie in both is decided the same way whatever order the join left the rows in)
+        .agg(
+            pl.col("site")
+            .sort_by(["f_start", "f_end", "site"], descending=[False, True, False])
+            .last()
+        )
     )
     # without Python stacks: the innermost user range around the call (a module's
     # record_function such as `DistributedDataParallel.forward`, `nn.Module: Linear_0`)
@@ -395,7 +407,11 @@ def sync_sites(
         .filter((pl.col("a_start") <= pl.col("start_ns")) & (pl.col("a_end") >= pl.col("end_ns")))
         .filter(~pl.col("annot").str.contains(_STEP_RANGE))
         .group_by("_call")
-        .agg(pl.col("annot").sort_by("a_start").last())
+        .agg(  # the innermost range, as for sites
+            pl.col("annot")
+            .sort_by(["a_start", "a_end", "annot"], descending=[False, True, False])
+            .last()
+        )
     )
     idle = (
         gaps.filter(pl.col("sync_start_ns").is_not_null())
@@ -529,12 +545,7 @@ def timeline_bins(
     `comm_wait_ns`, the part of it spent waiting for other ranks (the first `wait_ns` of each
     matched collective; see overlap.matched_collectives)."""
     key = ["rank", "device"]
-    wins = windows.select(
-        *key,
-        w_start="start_ns",
-        w_end="end_ns",
-        width=((pl.col("end_ns") - pl.col("start_ns")) / bins).ceil().cast(pl.Int64).clip(1),
-    )
+    wins = _bin_widths(windows, bins)
     grid = (
         wins.with_columns(bin=pl.int_ranges(0, bins))
         .explode("bin")
@@ -575,15 +586,36 @@ def timeline_bins(
         .with_columns(busy_ns=(pl.col("end_ns") - pl.col("start_ns") - idle).clip(0))
         .select(*key, "bin", "start_ns", "end_ns", "busy_ns", *(f"{c}_ns" for c in CAUSES))
     )
-    if comm is not None:
-        spans = comm.lazy().select(*key, "start_ns", "end_ns")
-        waits = comm.lazy().select(
-            *key, "start_ns", end_ns=pl.col("start_ns") + pl.col("wait_ns").fill_null(0)
-        )
-        for name, frame in (("comm_ns", spans), ("comm_wait_ns", waits)):
-            covered = _covered_per_bin(union(frame, key).drop("busy_before_ns"), wins, bins)
-            out = out.join(covered.rename({"ns": name}), on=[*key, "bin"], how="left")
-            out = out.with_columns(pl.col(name).fill_null(0))
+    binned = out.sort(*key, "bin").collect()
+    return binned if comm is None else with_comm(binned, windows, comm, bins)
+
+
+def _bin_widths(windows: pl.DataFrame, bins: int) -> pl.DataFrame:
+    return windows.select(
+        "rank",
+        "device",
+        w_start="start_ns",
+        w_end="end_ns",
+        width=((pl.col("end_ns") - pl.col("start_ns")) / bins).ceil().cast(pl.Int64).clip(1),
+    )
+
+
+def with_comm(
+    binned: pl.DataFrame, windows: pl.DataFrame, comm: pl.DataFrame, bins: int = TIMELINE_BINS
+) -> pl.DataFrame:
+    """`timeline_bins` without `comm`, and the two columns `comm` adds (a job's matched
+    collectives are known once every rank's bins are made)."""
+    key = ["rank", "device"]
+    wins = _bin_widths(windows, bins)
+    out = binned.lazy()
+    spans = comm.lazy().select(*key, "start_ns", "end_ns")
+    waits = comm.lazy().select(
+        *key, "start_ns", end_ns=pl.col("start_ns") + pl.col("wait_ns").fill_null(0)
+    )
+    for name, frame in (("comm_ns", spans), ("comm_wait_ns", waits)):
+        covered = _covered_per_bin(union(frame, key).drop("busy_before_ns"), wins, bins)
+        out = out.join(covered.rename({"ns": name}), on=[*key, "bin"], how="left")
+        out = out.with_columns(pl.col(name).fill_null(0))
     return out.sort(*key, "bin").collect()
 
 

@@ -48,18 +48,37 @@ def duration_histogram(kernels: pl.DataFrame) -> pl.DataFrame:
 
 def top_kernels(kernels: pl.DataFrame, n: int) -> pl.DataFrame:
     """name, count, total_ns, share (of all kernel time in the windows), top `n` by time."""
-    total = int(kernels["clipped_ns"].sum() or 0)
+    return top_of(name_totals(kernels), n)
+
+
+def name_totals(kernels: pl.DataFrame) -> pl.DataFrame:
+    """name (text), count, total_ns of every kernel name: what `top_of` ranks (the totals of
+    several ranks add up)."""
     return (
         kernels.lazy()
         .group_by("name")
         .agg(count=pl.len().cast(pl.Int64), total_ns=pl.col("clipped_ns").sum())
-        .with_columns(
-            name=pl.col("name").cast(pl.String),
-            share=(pl.col("total_ns") / total) if total else pl.lit(None, pl.Float64),
-        )
-        .sort(["total_ns", "name"], descending=[True, False])
-        .head(n)
+        .with_columns(name=pl.col("name").cast(pl.String))
         .collect()
+    )
+
+
+def top_of(totals: pl.DataFrame, n: int) -> pl.DataFrame:
+    """The top `n` of name totals (`name_totals`, or several ranks' concatenated) by time."""
+    summed = (
+        totals.group_by("name").agg(pl.col("count", "total_ns").sum())
+        if totals["name"].is_duplicated().any()
+        else totals
+    )
+    total = int(summed["total_ns"].sum() or 0)
+    # shares computed once the rows are in order: polars divides some rows of a chunk by a
+    # number as a product with its reciprocal (a last digit apart from the exact quotient),
+    # and which rows depends on where they sit
+    return (
+        summed.sort(["total_ns", "name"], descending=[True, False])
+        .head(n)
+        .rechunk()
+        .with_columns(share=(pl.col("total_ns") / total) if total else pl.lit(None, pl.Float64))
     )
 
 
@@ -133,12 +152,25 @@ def small_kernels(
 
 def class_breakdown(kernels: pl.DataFrame) -> pl.DataFrame:
     """kernel_class, count, total_ns, share of kernel time (kernels carry `kernel_class`)."""
-    total = int(kernels["clipped_ns"].sum() or 0)
+    return classes_of(class_totals(kernels))
+
+
+def class_totals(kernels: pl.DataFrame) -> pl.DataFrame:
+    """kernel_class (text), count, total_ns: what `classes_of` shares out (they add up)."""
     return (
         kernels.lazy()
         .group_by(pl.col("kernel_class").cast(pl.String))
         .agg(count=pl.len().cast(pl.Int64), total_ns=pl.col("clipped_ns").sum())
-        .with_columns(share=(pl.col("total_ns") / total) if total else pl.lit(None, pl.Float64))
-        .sort(["total_ns", "kernel_class"], descending=[True, False], nulls_last=True)
         .collect()
+    )
+
+
+def classes_of(totals: pl.DataFrame) -> pl.DataFrame:
+    """The class breakdown of class totals (`class_totals`, or several ranks' concatenated)."""
+    summed = totals.group_by("kernel_class").agg(pl.col("count", "total_ns").sum())
+    total = int(summed["total_ns"].sum() or 0)
+    return (  # shares once in order: see top_of
+        summed.sort(["total_ns", "kernel_class"], descending=[True, False], nulls_last=True)
+        .rechunk()
+        .with_columns(share=(pl.col("total_ns") / total) if total else pl.lit(None, pl.Float64))
     )

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
+
+if TYPE_CHECKING:
+    from traceanalyzer.analyses.context import RunFacts
 
 #: The declared columns of every analysis result, in order: name -> dtype (`pl.Enum` stands
 #: for an Enum of any categories). `Metrics` checks its frames against them when it is built,
@@ -374,6 +377,7 @@ class Metrics:
       device, step, name, start_ns, end_ns, busy_ns, idle_share, kernel_count).
     - `outside_window`: rank, device, before_count, before_ns, after_count, after_ns: GPU work
       outside each device's window (windows.outside_window).
+    - `facts`: what the run context is read off (context.RunFacts: names, kinds recorded).
     """
 
     basis: str
@@ -410,6 +414,7 @@ class Metrics:
     excluded_steps: pl.DataFrame
     warmup_steps: pl.DataFrame
     outside_window: pl.DataFrame
+    facts: RunFacts
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -89,21 +89,38 @@ def _ops_schema() -> dict[str, pl.DataType]:
     }
 
 
+@dataclass(frozen=True, slots=True)
+class StepTable:
+    """What the steady state is decided on, per rank (see `step_table`): `tiles` (each step's
+    GPU tile per device) and `per_step` (rank, step, name, start_ns, dev_ns, ops, host_ns,
+    step_ns, one_time; sorted by rank and start). Each rank's is its own: the steps matched
+    across ranks are decided on the tables of all ranks (`flag`)."""
+
+    tiles: pl.DataFrame
+    per_step: pl.DataFrame
+    markers: int
+
+
 def find(timeline: Timeline, markers: pl.DataFrame, ops: pl.DataFrame) -> SteadyState:
     """Warm-up and outlier steps of each rank. `ops`: the GPU work launched inside steps
     (rank, device, kind, start_ns, end_ns, step)."""
-    empty = pl.DataFrame(
-        schema={
-            "rank": pl.Int32(),
-            "step": pl.Int64(),
-            "name": pl.String(),
-            "step_ns": pl.Int64(),
-            "reason": pl.String(),
-        }
-    )
+    table = step_table(timeline, markers, ops)
+    return settle(markers, ops, table.tiles, excluded_rows(table.per_step, flag([table])))
+
+
+def _excluded_schema() -> dict[str, pl.DataType]:
+    return {
+        "rank": pl.Int32(),
+        "step": pl.Int64(),
+        "name": pl.String(),
+        "step_ns": pl.Int64(),
+        "reason": pl.String(),
+    }
+
+
+def step_table(timeline: Timeline, markers: pl.DataFrame, ops: pl.DataFrame) -> StepTable:
+    """The tiles and per-step rows of the ranks of `timeline` (see `StepTable`)."""
     tiles = _tiles(ops, markers)
-    if markers.height < 2 or tiles.height == 0:
-        return SteadyState(markers, empty, _warmup_rows(ops, tiles.clear(), markers))
     per_step = (
         tiles.group_by("rank", "step")
         .agg(dev_ns=pl.col("tile_ns").max(), ops=pl.col("ops").max())
@@ -118,38 +135,59 @@ def find(timeline: Timeline, markers: pl.DataFrame, ops: pl.DataFrame) -> Steady
         .join(_one_time(timeline, markers).collect(), on=["rank", "step"], how="left")
         .sort("rank", "start_ns")
     )
-    flagged: dict[int, tuple[str, int, str]] = {}  # step -> (reason, rank, name) where first found
+    return StepTable(tiles, per_step, markers.height)
+
+
+def flag(tables: list[StepTable]) -> dict[int, tuple[str, int, str]]:
+    """The steps to leave out on every rank: step -> (reason, rank, name) where first found,
+    ranks in order. `tables`: every rank's, in order of rank (one table may hold several)."""
+    if sum(t.markers for t in tables) < 2 or sum(t.tiles.height for t in tables) == 0:
+        return {}
+    flagged: dict[int, tuple[str, int, str]] = {}
+    for table in tables:
+        by_rank = table.per_step.partition_by("rank", as_dict=True, maintain_order=True)
+        for (rank,), frame in by_rank.items():  # per rank: a few summary rows, not events
+            found = _flag(
+                frame["step_ns"].to_list(),
+                frame["one_time"].to_list(),
+                frame["dev_ns"].is_null().to_list(),
+                frame["ops"].fill_null(0).to_list(),
+            )
+            for i, reason in found.items():
+                step = frame["step"][i]
+                flagged.setdefault(step, (reason, int(rank), frame["name"][i]))
+    return flagged
+
+
+def excluded_rows(per_step: pl.DataFrame, flagged: dict[int, tuple[str, int, str]]) -> pl.DataFrame:
+    """rank, step, name, step_ns, reason: one row per flagged step on each rank that has it."""
     rows: list[dict[str, object]] = []
-    by_rank = per_step.partition_by("rank", as_dict=True, maintain_order=True)
-    for (rank,), frame in by_rank.items():  # per rank: a few summary rows, not events
-        found = _flag(
-            frame["step_ns"].to_list(),
-            frame["one_time"].to_list(),
-            frame["dev_ns"].is_null().to_list(),
-            frame["ops"].fill_null(0).to_list(),
-        )
-        for i, reason in found.items():
-            step = frame["step"][i]
-            flagged.setdefault(step, (reason, int(rank), frame["name"][i]))
-    if not flagged:
-        return SteadyState(markers, empty, _warmup_rows(ops, tiles.clear(), markers))
-    for (rank,), frame in by_rank.items():
-        for r in frame.iter_rows(named=True):
+    if flagged:
+        for r in per_step.iter_rows(named=True):
             if r["step"] not in flagged:
                 continue
             reason, where, _ = flagged[r["step"]]
-            if where != rank:
+            if where != r["rank"]:
                 reason = f"left out on every rank (rank {where}: {reason})"
             rows.append(
                 {
-                    "rank": rank,
+                    "rank": r["rank"],
                     "step": r["step"],
                     "name": r["name"],
                     "step_ns": int(r["step_ns"]),
                     "reason": reason,
                 }
             )
-    excluded = pl.DataFrame(rows, schema=empty.schema)
+    return pl.DataFrame(rows, schema=_excluded_schema())
+
+
+def settle(
+    markers: pl.DataFrame, ops: pl.DataFrame, tiles: pl.DataFrame, excluded: pl.DataFrame
+) -> SteadyState:
+    """The steady state once the steps to leave out (`excluded`, see `excluded_rows`) are
+    known: the other steps' markers, and the excluded steps' device rows."""
+    if excluded.height == 0:
+        return SteadyState(markers, excluded, _warmup_rows(ops, tiles.clear(), markers))
     keys = excluded.select("rank", "step")
     return SteadyState(
         markers.join(keys, on=["rank", "step"], how="anti"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from traceanalyzer.model.meta import DataQuality, DeviceInfo, RankInfo, TraceMeta
 from traceanalyzer.model.schema import EVENT_SCHEMA, GPU_KINDS, KIND, Kind
-from traceanalyzer.model.timeline import Timeline, combine
+from traceanalyzer.model.timeline import Timeline, combine, combine_meta
 
 __all__ = [
     "EVENT_SCHEMA",
@@ -17,4 +17,5 @@ __all__ = [
     "Timeline",
     "TraceMeta",
     "combine",
+    "combine_meta",
 ]

@@ -80,22 +80,28 @@ def combine(parts: list[Timeline], path: str) -> Timeline:
     if len(parts) == 1:
         return parts[0]
     events = pl.concat([p.events for p in parts], how="vertical")
+    return Timeline(events=events, meta=combine_meta([p.meta for p in parts], path))
+
+
+def combine_meta(metas: list[TraceMeta], path: str) -> TraceMeta:
+    """The meta of a job from its ranks' (in the order the ranks' files were read)."""
+    if len(metas) == 1:
+        return metas[0]
     dropped: Counter[str] = Counter()
-    for p in parts:
-        dropped.update(p.meta.quality.dropped)
+    for m in metas:
+        dropped.update(m.quality.dropped)
     quality = DataQuality(
-        truncated_files=tuple(f for p in parts for f in p.meta.quality.truncated_files),
+        truncated_files=tuple(f for m in metas for f in m.quality.truncated_files),
         dropped=dict(dropped),
-        notes=tuple(n for p in parts for n in p.meta.quality.notes),
+        notes=tuple(n for m in metas for n in m.quality.notes),
     )
-    first = parts[0].meta
-    meta = TraceMeta(
+    first = metas[0]
+    return TraceMeta(
         path=path,
         format=first.format,
         producer=first.producer,
         producer_version=first.producer_version,
-        ranks=tuple(r for p in parts for r in p.meta.ranks),
-        devices=tuple(d for p in parts for d in p.meta.devices),
+        ranks=tuple(r for m in metas for r in m.ranks),
+        devices=tuple(d for m in metas for d in m.devices),
         quality=quality,
     )
-    return Timeline(events=events, meta=meta)

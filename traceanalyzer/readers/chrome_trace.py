@@ -92,14 +92,18 @@ class ChromeTraceReader:
         rank, source = _rank_of(path, part.header)
         return _to_timeline(part, rank, source, str(path)).validate()
 
-    def _read_folder(self, folder: Path) -> Timeline:
+    def folder_files(self, folder: Path) -> list[Path]:
+        """The files of a folder that look like a rank's trace (read, or named when
+        unreadable), in order of name."""
         named = [
             p for p in folder.iterdir() if p.is_file() and p.name.lower().endswith(_TRACE_SUFFIXES)
         ]
-        files = sorted({*named, *(p for p in folder.iterdir() if p.is_file() and self.sniff(p))})
+        return sorted({*named, *(p for p in folder.iterdir() if p.is_file() and self.sniff(p))})
+
+    def _read_folder(self, folder: Path) -> Timeline:
         parts: list[tuple[Path, Parsed]] = []
         skipped: list[str] = []
-        for f in files:  # one per rank: every file that looks like a trace is read or named
+        for f in self.folder_files(folder):  # one per rank: each is read or named
             try:
                 if not self.sniff(f):
                     raise TraceFormatError("empty, or not JSON", path=f)
@@ -107,48 +111,63 @@ class ChromeTraceReader:
             except TraceAnalyzerError as exc:
                 skipped.append(f"{f.name}: {exc.problem}")
             except (OSError, EOFError, ValueError) as exc:  # a corrupt gzip stream, say
-                skipped.append(f"{f.name}: unreadable ({type(exc).__name__}: {exc})")
-        if not parts:
-            raise TraceFormatError(
-                "the folder holds no readable Chrome trace files"
-                + (f" ({'; '.join(skipped[:3])})" if skipped else ""),
-                path=folder,
-                hint="point at a folder of torch.profiler traces (*.json, *.json.gz), one per rank",
-            )
+                skipped.append(unreadable(f, exc))
         ranked = [(f, p, *_rank_of(f, p.header)) for f, p in parts]
-        if len(ranked) > 1 and any(src == "default" for *_x, src in ranked):
-            unnamed = next(f for f, _p, _r, src in ranked if src == "default")
-            raise TraceFormatError(
-                "cannot tell the ranks apart: a file has no distributedInfo.rank "
-                "and no rank in its name",
-                path=unnamed,
-                hint="name per-rank files rank0.json, rank1.json, ... or read one file at a time",
-            )
-        seen: dict[int, Path] = {}
-        for f, _p, rank, _src in ranked:
-            if rank in seen:
-                raise TraceFormatError(
-                    f"two files claim rank {rank} ({seen[rank].name} and {f.name})",
-                    path=folder,
-                    hint="a folder must hold the per-rank files of one job, one file per rank",
-                )
-            seen[rank] = f
+        check_ranks(folder, [(f, rank, src) for f, _p, rank, src in ranked], skipped)
         timelines = [_to_timeline(p, rank, src, str(f)) for f, p, rank, src in ranked]
         combined = combine(timelines, str(folder))
-        if skipped:
-            quality = dataclasses.replace(
-                combined.meta.quality,
-                skipped_files=tuple(skipped),
-                notes=(
-                    *combined.meta.quality.notes,
-                    f"{len(skipped)} file(s) of the folder could not be read and are not "
-                    f"analysed: {'; '.join(skipped)}",
-                ),
+        meta = with_skipped(combined.meta, skipped)
+        return Timeline(events=combined.events, meta=meta).validate()
+
+
+def unreadable(path: Path, exc: Exception) -> str:
+    """How a rank file that could not be read is named in the notes."""
+    return f"{path.name}: unreadable ({type(exc).__name__}: {exc})"
+
+
+def check_ranks(folder: Path, ranked: list[tuple[Path, int, str]], skipped: list[str]) -> None:
+    """A TraceFormatError unless the folder's files read (path, rank, how the rank was
+    found) tell one rank each apart."""
+    if not ranked:
+        raise TraceFormatError(
+            "the folder holds no readable Chrome trace files"
+            + (f" ({'; '.join(skipped[:3])})" if skipped else ""),
+            path=folder,
+            hint="point at a folder of torch.profiler traces (*.json, *.json.gz), one per rank",
+        )
+    if len(ranked) > 1 and any(src == "default" for *_x, src in ranked):
+        unnamed = next(f for f, _r, src in ranked if src == "default")
+        raise TraceFormatError(
+            "cannot tell the ranks apart: a file has no distributedInfo.rank "
+            "and no rank in its name",
+            path=unnamed,
+            hint="name per-rank files rank0.json, rank1.json, ... or read one file at a time",
+        )
+    seen: dict[int, Path] = {}
+    for f, rank, _src in ranked:
+        if rank in seen:
+            raise TraceFormatError(
+                f"two files claim rank {rank} ({seen[rank].name} and {f.name})",
+                path=folder,
+                hint="a folder must hold the per-rank files of one job, one file per rank",
             )
-            combined = Timeline(
-                events=combined.events, meta=dataclasses.replace(combined.meta, quality=quality)
-            )
-        return combined.validate()
+        seen[rank] = f
+
+
+def with_skipped(meta: TraceMeta, skipped: list[str]) -> TraceMeta:
+    """A folder's meta with the files that could not be read named in its quality."""
+    if not skipped:
+        return meta
+    quality = dataclasses.replace(
+        meta.quality,
+        skipped_files=tuple(skipped),
+        notes=(
+            *meta.quality.notes,
+            f"{len(skipped)} file(s) of the folder could not be read and are not "
+            f"analysed: {'; '.join(skipped)}",
+        ),
+    )
+    return dataclasses.replace(meta, quality=quality)
 
 
 #: File names that look like a rank's trace in a folder (read, or named when unreadable).

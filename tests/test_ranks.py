@@ -1,0 +1,195 @@
+"""Per-rank reduction (issue 15): a job's ranks read and analysed apart, merged by the job
+stage, give the report of the job read whole. Real multi-rank traces, and small jobs whose
+truth is known by construction (a warm-up step on one rank only, a rank without GPU work)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from tests.builders import kernel, launch, step, write_trace
+from tests.conftest import REPO, SAMPLES, corpus
+from tests.test_golden import _rounded
+from traceanalyzer import api, ranks
+from traceanalyzer.analyses import idle, rank, steady, windows
+from traceanalyzer.errors import NoGpuEventsError, TraceFormatError
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def _json(rep: Any, tmp: Path, name: str) -> bytes:
+    out = tmp / f"{name}.json"
+    api.write(rep, "json", str(out))
+    return out.read_bytes()
+
+
+def _three_ways(folder: Path, tmp: Path) -> tuple[bytes, bytes, bytes]:
+    """The folder's report reduced in 2 worker processes, reduced here rank after rank, and
+    read whole into one timeline."""
+    return (
+        _json(api.report(folder, jobs=2), tmp, "workers"),
+        _json(api.report(folder, jobs=1), tmp, "here"),
+        _json(api.run(api.load(folder)).report, tmp, "whole"),
+    )
+
+
+def test_sample_job_reduced_equals_golden(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO)  # the golden names the sample by its path in the repository
+    workers, here, whole = _three_ways(Path(SAMPLES.name) / "sampled_2rank", tmp_path)
+    assert workers == here == whole
+    golden = json.loads((GOLDEN / "sampled_2rank.json").read_text())
+    assert _rounded(json.loads(workers)) == golden
+
+
+def test_dlrm_8_ranks_reduced_equals_whole(tmp_path: Path) -> None:
+    folder = (corpus() or tmp_path) / "public" / "param" / "dlrm_8rank_v100"
+    if not folder.is_dir():
+        pytest.skip("DLRM 8-rank trace not in the corpus")
+    workers, here, whole = _three_ways(folder, tmp_path)
+    assert workers == here == whole
+    report = json.loads(workers)
+    assert [r["rank"] for r in report["ranks"]] == list(range(8))
+
+
+# ---------------------------------------------------------------- jobs of known truth
+
+T0 = 1_000_000.0  # µs: a zero timestamp is dropped as missing
+
+
+def _rank_events(gpu: bool = True, warmup: bool = False) -> list[dict[str, Any]]:
+    """Four steps of three launched kernels; `warmup`: the first step takes 4x as long and
+    allocates (cudaMalloc), as a first step with one-time work does."""
+    events: list[dict[str, Any]] = []
+    corr, t = 1, T0
+    for n in range(1, 5):
+        dur = 40_000.0 if warmup and n == 1 else 10_000.0
+        events.append(step(n, t, dur))
+        first = 30_000.0 if warmup and n == 1 else 100.0  # the allocation, then the launches
+        for j in range(3):
+            ts = t + first + j * 1000
+            events.append(launch(ts, 10, corr))
+            if gpu:
+                events.append(kernel(ts + 50, 800, f"gemm_k{j}", corr=corr))
+            corr += 1
+        if warmup and n == 1:
+            events.append(launch(t + 5000, 20_000, 999, name="cudaMalloc"))
+        t += dur + 10
+    return events
+
+
+def _job(folder: Path, ranks: list[list[dict[str, Any]]]) -> Path:
+    for r, events in enumerate(ranks):
+        header = {"schemaVersion": 1, "distributedInfo": {"rank": r, "world_size": len(ranks)}}
+        write_trace(folder / f"rank{r}.json", events, header=header)
+    return folder
+
+
+def test_warmup_on_one_rank_is_left_out_on_every_rank(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = _job(tmp_path / "job", [_rank_events(), _rank_events(warmup=True)])
+    calls: list[tuple[int, bool]] = []
+    real = rank.analyze_rank
+
+    def counted(timeline: Any, opts: Any, flagged: Any = None, solo: bool = False) -> Any:
+        part = real(timeline, opts, flagged, solo)
+        calls.append((part.rank, flagged is not None))
+        return part
+
+    monkeypatch.setattr("traceanalyzer.ranks.analyze_rank", counted)
+    metrics = ranks.analyze_folder(folder, rank.Options(), jobs=1)[1]
+    # rank 0 saw no warm-up of its own and ran again with the job's decision; rank 1 did not
+    assert sorted(calls) == [(0, False), (0, True), (1, False)]
+    excluded = metrics.excluded_steps.sort("rank")
+    assert excluded.select("rank", "step").rows() == [(0, 1), (1, 1)]
+    assert excluded["reason"][0].startswith("left out on every rank (rank 1: warm-up: one-time")
+    assert excluded["reason"][1].startswith("warm-up: one-time work (cudaMalloc x1)")
+    # the window of each device starts with step 2
+    starts = metrics.steps.group_by("rank").agg(pl.col("step").min()).sort("rank")
+    assert starts["step"].to_list() == [2, 2]
+    # the same decision as the steady state taken over the whole job's timeline at once
+    timeline = api.load(folder)
+    found = windows.step_markers(timeline, windows.PROFILER_STEP_PATTERN).collect()
+    keys = windows.launch_keys(timeline, found.lazy())
+    ops = rank._step_ops(timeline, found.lazy(), keys, False)
+    whole = steady.find(timeline, found, ops).excluded.sort("rank")
+    assert whole.equals(excluded)
+    workers, here, whole_json = _three_ways(folder, tmp_path)
+    assert workers == here == whole_json
+
+
+def test_rank_without_gpu_work_stays_in_the_job(tmp_path: Path) -> None:
+    folder = _job(tmp_path / "job", [_rank_events(), _rank_events(gpu=False)])
+    workers, here, whole = _three_ways(folder, tmp_path)
+    assert workers == here == whole
+    report = json.loads(workers)
+    assert [r["rank"] for r in report["ranks"]] == [0, 1]
+    assert {d["rank"] for d in report["devices"]} == {0}
+
+
+def test_job_without_any_gpu_work_is_an_error(tmp_path: Path) -> None:
+    folder = _job(tmp_path / "job", [_rank_events(gpu=False), _rank_events(gpu=False)])
+    with pytest.raises(NoGpuEventsError, match="GPU activity records are missing"):
+        api.report(folder, jobs=1)
+
+
+def test_folder_errors_are_the_whole_reads(tmp_path: Path) -> None:
+    folder = _job(tmp_path / "job", [_rank_events(), _rank_events()])
+    (folder / "rank1.json").write_bytes(b'{"traceEvents": [{"ph": "X", "cat": "kernel",')
+    (folder / "rank7.json").write_text("not json at all")
+    reduced = api.report(folder, jobs=2)
+    whole = api.run(api.load(folder)).report
+    assert _json(reduced, tmp_path, "a") == _json(whole, tmp_path, "b")
+    two = _job(tmp_path / "two", [_rank_events(), _rank_events()])
+    (two / "rank1.json").rename(two / "rank0_copy.json")  # names rank 0 twice
+    (two / "rank0_copy.json").write_bytes((two / "rank0.json").read_bytes())
+    with pytest.raises(TraceFormatError, match="two files claim rank 0"):
+        api.report(two, jobs=1)
+
+
+def test_step_pattern_matching_nothing_on_any_rank(tmp_path: Path) -> None:
+    folder = _job(tmp_path / "job", [_rank_events(), _rank_events()])
+    with pytest.raises(Exception, match="matches no host range") as info:
+        api.report(folder, step_pattern="^iteration$", jobs=1)
+    assert "ProfilerStep#1" in str(info.value.hint)  # type: ignore[attr-defined]
+
+
+def test_dask_scheduler_runs_the_ranks(tmp_path: Path) -> None:
+    distributed = pytest.importorskip("dask.distributed")
+    folder = _job(tmp_path / "job", [_rank_events(), _rank_events(warmup=True)])
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None
+    ) as cluster:
+        on_dask = api.report(folder, dask_scheduler=cluster.scheduler_address)
+    assert _json(on_dask, tmp_path, "dask") == _json(api.report(folder, jobs=1), tmp_path, "here")
+
+
+def test_sync_site_ties_are_decided_by_nesting_then_record_order(tmp_path: Path) -> None:
+    """An operator and the one it calls recorded with the same start and end (aten::to
+    around aten::_to_copy, microsecond clocks): the outermost is the one recorded first, in
+    whatever order the rows reach the analysis."""
+    from tests.builders import cpu_op
+
+    base = [
+        step(1, T0, 5_000),
+        cpu_op(T0 + 100, 900, "aten::to"),
+        cpu_op(T0 + 100, 900, "aten::_to_copy"),
+        cpu_op(T0 + 200, 800, "aten::copy_"),
+        launch(T0 + 300, 600, 1, name="cudaStreamSynchronize"),
+        kernel(T0 + 310, 100, "k", corr=2),
+        launch(T0 + 305, 3, 2),
+    ]
+    for events in (base, [base[0], base[2], base[1], *base[3:]]):
+        timeline = api.load(write_trace(tmp_path / "t.json", events))
+        markers = windows.step_markers(timeline, windows.PROFILER_STEP_PATTERN)
+        syncs = idle.sync_calls(timeline)
+        gaps = pl.LazyFrame(
+            schema={"rank": pl.Int32, "sync_start_ns": pl.Int64, "sync_ns": pl.Int64}
+        )
+        sites = idle.sync_sites(timeline, syncs, markers, gaps).collect()
+        expected = events[1]["name"]  # the one recorded first
+        assert sites["op"].to_list() == [expected]

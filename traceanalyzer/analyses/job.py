@@ -1,0 +1,173 @@
+"""The job stage of the analyses: the ranks' parts (`rank.analyze_rank`) merged into Metrics.
+
+What each rank found of its own is concatenated in order of rank. What crosses ranks is
+computed here from the small tables the parts hand on: the steps left out on every rank
+(`settle`, which runs a rank again where its own evidence left out other steps), the
+collectives matched across ranks (waits, imbalance, the slowest rank), the critical path of
+each sampled step over every rank's graph inputs, the kernel histograms and totals merged
+from each rank's, and the run context from the ranks' facts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import polars as pl
+
+from traceanalyzer.analyses import context, critical_path, idle, kernels, memory, overlap, steady
+from traceanalyzer.analyses.metrics import Metrics
+from traceanalyzer.analyses.rank import Flagged, Options, RankPart
+from traceanalyzer.analyses.windows import DEVICE_KEY
+from traceanalyzer.timings import stage
+
+
+def settle(
+    parts: list[RankPart], rerun: Callable[[list[int], Flagged], list[RankPart]]
+) -> tuple[list[RankPart], Flagged]:
+    """Every rank's part in order of rank, with the steps left out that the job leaves out.
+
+    `parts`: each rank's, decided on its own evidence. The steps to leave out are decided on
+    every rank's steps table (a step left out on one rank is left out on all:
+    `steady.flag`); `rerun(indexes, flagged)` runs the rank stage again for the parts at
+    `indexes` whose own decision left out other steps (rare: warm-up is the same steps
+    everywhere), and returns their new parts in the same order.
+    """
+    order = sorted(range(len(parts)), key=lambda i: parts[i].rank)
+    flagged = steady.flag([parts[i].table for i in order])
+    again = [
+        i
+        for i, p in enumerate(parts)
+        if frozenset(steady.excluded_rows(p.table.per_step, flagged)["step"].to_list())
+        != p.excluded
+    ]
+    parts = list(parts)
+    if again:
+        for i, part in zip(again, rerun(again, flagged), strict=True):
+            parts[i] = part
+    return [parts[i] for i in order], flagged
+
+
+def combine(parts: list[RankPart], flagged: Flagged, opts: Options) -> Metrics:
+    """Metrics of the job from its ranks' parts (in order of rank; see `settle`)."""
+    with stage("analyze: job: critical path"):
+        paths = _paths(parts)
+    with stage("analyze: job: merge"):
+        return _merge(parts, flagged, opts, paths)
+
+
+def _paths(parts: list[RankPart]) -> critical_path.CriticalPaths:
+    solved = [p.paths for p in parts if p.paths is not None]
+    if solved:
+        return solved[0]  # one part that is the whole job: solved in the rank stage
+    graphs = [p.graph for p in parts if p.graph is not None]
+    return critical_path.prepared(graphs).solve()
+
+
+def _concat(parts: list[RankPart], name: str) -> pl.DataFrame:
+    frames = [p.frames[name] for p in parts]
+    return frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical_relaxed")
+
+
+def _histogram(parts: list[RankPart], name: str, lo: str, hi: str) -> pl.DataFrame:
+    """A histogram of every rank's kernels from each rank's: the ranks' bin edges are the
+    start of one series, so the longest list of bins is the job's, and the counts add up."""
+    frames = [p.frames[name] for p in parts]
+    if len(frames) == 1:
+        return frames[0]
+    longest = max(frames, key=lambda f: f.height)
+    summed = pl.concat(frames).group_by(lo, hi).agg(pl.col("count").sum(), pl.col("total_ns").sum())
+    return (
+        longest.select(lo, hi)
+        .join(summed, on=[lo, hi], how="left")
+        .with_columns(pl.col("count", "total_ns").fill_null(0))
+        .sort(lo)
+    )
+
+
+def _merge(
+    parts: list[RankPart], flagged: Flagged, opts: Options, paths: critical_path.CriticalPaths
+) -> Metrics:
+    key = DEVICE_KEY
+    wins = _concat(parts, "windows")
+    gaps = _concat(parts, "gaps")
+    comm_kernels = _concat(parts, "comm")
+    imbalance = overlap.rank_imbalance(comm_kernels.lazy()).collect()
+    has_comm = any(p.has_comm for p in parts)
+    comm = _comm_spans(comm_kernels.lazy()) if has_comm else None
+    bins = _concat(parts, "timeline_bins")
+    if comm is not None:
+        bins = idle.with_comm(bins, wins, comm)
+    # each device's time waiting for other ranks inside collectives (the bins cover its window)
+    waits = (
+        bins.group_by(key).agg(pl.col("comm_wait_ns").sum())
+        if comm is not None
+        else wins.select(*key, comm_wait_ns=pl.lit(0, pl.Int64))
+    )
+    dev = (
+        _concat(parts, "devices")
+        .join(waits, on=key, how="left")
+        .with_columns(pl.col("comm_wait_ns").fill_null(0))
+    )
+    count = sum(p.kernel_count for p in parts)
+    total = sum(p.kernel_total_ns for p in parts)
+    small_count = sum(p.small_count for p in parts)
+    small_ns = sum(p.small_ns for p in parts)
+    sync_calls = _concat(parts, "sync_calls")
+    peaks = _concat(parts, "memory_peaks")
+    per_step = pl.concat([p.table.per_step for p in parts])
+    slowest = int(imbalance.sort("wait_ns", "rank")["rank"][0]) if imbalance.height > 1 else None
+    return Metrics(
+        basis="steps" if any(p.has_steps for p in parts) else "trace",
+        windows=wins,
+        devices=dev,
+        steps=_concat(parts, "steps"),
+        kernel_histogram=_histogram(parts, "kernel_histogram", "lo_ns", "hi_ns"),
+        launch_size_histogram=_histogram(
+            parts, "launch_size_histogram", "lo_threads", "hi_threads"
+        ),
+        top_kernels=kernels.top_of(_concat(parts, "kernel_names"), opts.top_n),
+        kernel_classes=kernels.classes_of(_concat(parts, "kernel_classes")),
+        kernel_count=count,
+        kernel_total_ns=total,
+        small_kernel_count_share=small_count / count if count else None,
+        small_kernel_time_share=small_ns / total if total else None,
+        gaps=gaps,
+        gap_histogram=idle.gap_histogram(gaps),
+        sync_calls=sync_calls,
+        collectives=_concat(parts, "collectives"),
+        rank_waits=imbalance,
+        copies=_concat(parts, "copies"),
+        launch_gap_max_ns=opts.launch_gap_max_ns,
+        sync_sites=idle.sync_sites_summary(sync_calls, _concat(parts, "steps_per_rank")),
+        syncs_per_step=idle.syncs_per_step(sync_calls),
+        slowest_rank=slowest,
+        bandwidth=_concat(parts, "bandwidth"),
+        matmul_shapes=_concat(parts, "matmul_shapes"),
+        memory_peaks=peaks,
+        non_tc_gemms=_concat(parts, "non_tc_gemms"),
+        early_starts=_concat(parts, "early_starts"),
+        timeline_bins=bins,
+        memory_growth=memory.growth(peaks),
+        critical_steps=paths.steps,
+        what_if=paths.what_if,
+        excluded_steps=steady.excluded_rows(per_step, flagged),
+        warmup_steps=_concat(parts, "warmup_steps"),
+        outside_window=_concat(parts, "outside_window"),
+        facts=context.RunFacts.merge([p.facts for p in parts]),
+    )
+
+
+def _comm_spans(kernels: pl.LazyFrame) -> pl.DataFrame:
+    """Communication kernels (rank, device, start_ns, end_ns, wait_ns), clipped to the
+    windows; wait_ns where they match across ranks (else 0)."""
+    waits = overlap.matched_collectives(kernels).select(
+        "rank", "device", "start_ns", "end_ns", "wait_ns"
+    )
+    return (
+        kernels.filter(pl.col("is_comm"))
+        .select("rank", "device", "start_ns", "end_ns")
+        .join(waits, on=["rank", "device", "start_ns", "end_ns"], how="left")
+        .with_columns(pl.col("wait_ns").fill_null(0))
+        .unique(maintain_order=True)
+        .collect()
+    )

@@ -1,0 +1,395 @@
+"""The rank stage of the analyses: everything one rank's events tell, reduced to what the job
+stage (`job.combine`) merges with the other ranks'.
+
+Each rank is analysed alone (`analyze_rank`): its steps, windows, kernels, idle gaps and the
+analyses of the plan, all keyed by rank. What crosses ranks is handed on small: the steps'
+table the steady state is decided on (a step left out on one rank is left out on every
+rank), the communication kernels (matched across ranks for waits and imbalance), the
+critical path's graph inputs of the sampled steps (the graphs of a step join every rank's
+work through its collectives), mergeable kernel totals and the run facts. A job's ranks can
+therefore be read and analysed in separate processes, or on a dask cluster, and only these
+parts are held together (docs/architecture.md, "Per-rank reduction").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from traceanalyzer.analyses import (
+    bandwidth,
+    classify,
+    clock,
+    context,
+    copies,
+    critical_path,
+    devices,
+    gemm_units,
+    idle,
+    kernels,
+    memory,
+    overlap,
+    shapes,
+    steady,
+    tensor_cores,
+    windows,
+)
+from traceanalyzer.analyses.critical_graph import GraphInputs
+from traceanalyzer.errors import ConfigError
+from traceanalyzer.model import Timeline, TraceMeta
+from traceanalyzer.timings import stage
+
+#: A step -> (reason, rank where first found, name): the steps left out on every rank.
+Flagged = dict[int, tuple[str, int, str]]
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """The analysis options every rank and the job stage share."""
+
+    top_n: int = 10
+    step_pattern: str | None = None
+    launch_gap_max_ns: int = idle.LAUNCH_GAP_MAX_NS
+    all_steps: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Windowed:
+    """What every analysis of the plan reads, computed once: the steady steps' markers, the
+    host syncs, the GPU work linked to its launches and steps, each device's steps and
+    window, the kernels inside the windows (classified), and the idle gaps."""
+
+    timeline: Timeline
+    markers: pl.LazyFrame
+    state: steady.SteadyState
+    syncs: pl.LazyFrame
+    linked: pl.DataFrame
+    work: pl.LazyFrame
+    steps: pl.DataFrame
+    wins: pl.DataFrame
+    kernels: pl.DataFrame
+    gaps: pl.DataFrame
+    has_comm: bool
+    launch_gap_max_ns: int
+
+
+#: The plan: the analyses of one rank that are independent polars plans over the shared
+#: inputs, by name. They run together (one `pl.collect_all`, which shares their common
+#: subplans); `_reduce` files their results.
+PLAN: dict[str, Callable[[Windowed], pl.LazyFrame]] = {
+    "devices": lambda w: devices.device_summary(w.work, w.wins.lazy(), w.kernels.lazy()),
+    "steps": lambda w: devices.step_summary(w.work, w.steps.lazy(), w.kernels.lazy()),
+    "idle_by_cause": lambda w: idle.idle_by_cause(w.gaps.lazy()),
+    "idle_per_step": lambda w: idle.idle_per_step(w.gaps.lazy(), w.steps.lazy()),
+    "between_steps": lambda w: idle.host_wait_between_steps(w.gaps.lazy(), w.steps.lazy()),
+    "sync_calls": lambda w: idle.sync_sites(w.timeline, w.syncs, w.markers, w.gaps.lazy()),
+    "overlap": lambda w: overlap.comm_overlap(w.kernels.lazy(), w.wins.lazy(), w.has_comm),
+    "collectives": lambda w: overlap.per_collective(w.kernels.lazy(), w.has_comm),
+    "tensor_cores": lambda w: tensor_cores.tensor_core_summary(w.kernels).lazy(),
+    "copies": lambda w: copies.memcpy_summary(w.work, w.wins.lazy()),
+    "outside_window": lambda w: windows.outside_window(w.linked.lazy(), w.wins.lazy()),
+    "steps_per_rank": lambda w: w.markers.group_by("rank").agg(steps=pl.len().cast(pl.Int64)),
+}
+
+#: The communication kernels' columns the job stage matches across ranks.
+COMM_COLUMNS = ("rank", "device", "start_ns", "end_ns", "collective_kind", "is_comm")
+
+
+@dataclass(frozen=True, slots=True)
+class RankPart:
+    """One rank's analyses, reduced (see the module docstring).
+
+    `frames`: the rank's rows of Metrics frames that are the rank's own (windows, devices
+    before the collective waits, steps, gaps, ...), the partial kernel histograms (`job`
+    merges them), the kernel totals by name and class, the communication kernels (`comm`)
+    and the timeline bins before the collective columns. `excluded`: the steps it left out
+    (as the job stage decided, or on its own evidence); `table`: the steady state's table.
+    `graph`: the critical path's inputs, or `paths` where the rank is the whole job (solved
+    in the rank stage, beside the other analyses).
+    """
+
+    rank: int
+    meta: TraceMeta
+    gpu_work: int
+    found_steps: int
+    table: steady.StepTable
+    excluded: frozenset[int]
+    frames: dict[str, pl.DataFrame]
+    kernel_count: int
+    kernel_total_ns: int
+    small_count: int
+    small_ns: int
+    has_comm: bool
+    has_steps: bool
+    facts: context.RunFacts
+    graph: GraphInputs | None = None
+    paths: critical_path.CriticalPaths | None = field(default=None, repr=False)
+
+
+def analyze_rank(
+    timeline: Timeline, opts: Options, flagged: Flagged | None = None, solo: bool = False
+) -> RankPart:
+    """Analyse the events of one rank (`timeline` holds one rank, or is the whole job when
+    `solo`). `flagged`: the steps to leave out as the job stage decided them; None: as this
+    rank's own steps say (the job stage runs the rank again where that differs)."""
+    with stage("analyze: steady steps"):
+        markers, keys, state, table, found = _steady_steps(timeline, opts, flagged)
+        syncs = idle.sync_calls(timeline).collect().lazy()
+    with stage("analyze: critical path, tables"):
+        graph = critical_path.inputs(
+            timeline,
+            markers.collect(),
+            syncs.collect(),
+            work=_linked_work(timeline, markers, keys),
+        )
+        # a rank that is the whole job builds its graph now, while few other large frames
+        # are held (the tables need the most memory of all), and solves it on a thread
+        # beside the other analyses, whose polars plans leave the other core partly idle
+        prepared = critical_path.prepared([graph] if graph else []) if solo else None
+    solving: Future[critical_path.CriticalPaths] | None = None
+    if prepared is not None:
+        graph = None
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="critical-path")
+        solving = pool.submit(_timed_solve, prepared)
+        pool.shutdown(wait=False)
+        del prepared
+    with stage("analyze: windows"):
+        shared = _windowed(timeline, markers, keys, state, syncs, opts.launch_gap_max_ns)
+    with stage("analyze: plan"):
+        collected = pl.collect_all([make(shared) for make in PLAN.values()])
+    results = dict(zip(PLAN, collected, strict=True))
+    with stage("analyze: rank results"):
+        part = _reduce(shared, results, table, found, graph, timeline)
+    if solving is not None:
+        part = dataclasses.replace(part, paths=solving.result())
+    return part
+
+
+def _linked_work(
+    timeline: Timeline, markers: pl.LazyFrame, keys: pl.DataFrame | None
+) -> pl.DataFrame:
+    with stage("analyze: critical path, tables: linked work"):
+        return windows.linked_work(timeline, markers, keys, windows.CRITICAL_PATH_COLUMNS)
+
+
+def _timed_solve(prepared: critical_path.Prepared) -> critical_path.CriticalPaths:
+    with stage("analyze: critical path, solve (thread)"):
+        return prepared.solve()
+
+
+def _steady_steps(
+    timeline: Timeline, opts: Options, flagged: Flagged | None
+) -> tuple[pl.LazyFrame, pl.DataFrame | None, steady.SteadyState, steady.StepTable, int]:
+    """The step markers, the GPU work's launch keys, the steady state (warm-up and outlier
+    steps left out of both), the steady state's table and the number of markers found."""
+    pattern = opts.step_pattern or windows.default_step_pattern(timeline.meta.format)
+    check_pattern(pattern)
+    found = windows.step_markers(timeline, pattern).collect()
+    markers = found.lazy()
+    keys = windows.launch_keys(timeline, markers)
+    ops = _step_ops(timeline, markers, keys, opts.all_steps)
+    table = steady.step_table(timeline, found, ops)
+    if flagged is None:
+        flagged = steady.flag([table])
+    state = steady.settle(found, ops, table.tiles, steady.excluded_rows(table.per_step, flagged))
+    if state.excluded.height:
+        markers = state.markers.lazy()
+        keys = _drop_steps(timeline, keys, state.excluded)
+    return markers, keys, state, table, found.height
+
+
+def _windowed(
+    timeline: Timeline,
+    markers: pl.LazyFrame,
+    keys: pl.DataFrame | None,
+    state: steady.SteadyState,
+    syncs: pl.LazyFrame,
+    launch_gap_max_ns: int,
+) -> Windowed:
+    """The shared inputs of the plan (see `Windowed`)."""
+    with stage("analyze: windows: linked work"):
+        linked = windows.linked_work(timeline, markers, keys)
+    work = linked.lazy().drop(windows.LAUNCH_EXTRA)
+    with stage("analyze: windows: steps"):
+        steps = windows.device_steps(work, markers).collect()
+        wins = windows.device_windows(work, steps.lazy(), markers, steps.height > 0).collect()
+    with stage("analyze: windows: kernels"):
+        in_windows = _classified(timeline, devices.kernels_in_windows(work, wins.lazy())).collect()
+    # in-memory: the streaming engine takes much longer over the window joins and join_asofs
+    with stage("analyze: windows: idle gaps"):
+        gaps = idle.idle_gaps(timeline, work, wins.lazy(), syncs, launch_gap_max_ns).collect(
+            engine="in-memory"
+        )
+    return Windowed(
+        timeline=timeline,
+        markers=markers,
+        state=state,
+        syncs=syncs,
+        linked=linked,
+        work=work,
+        steps=steps,
+        wins=wins,
+        kernels=in_windows,
+        gaps=gaps,
+        has_comm=bool(in_windows["is_comm"].any()),
+        launch_gap_max_ns=launch_gap_max_ns,
+    )
+
+
+def _reduce(
+    w: Windowed,
+    r: dict[str, pl.DataFrame],
+    table: steady.StepTable,
+    found: int,
+    graph: GraphInputs | None,
+    timeline: Timeline,
+) -> RankPart:
+    """File the plan's results and the analyses that need no plan (small frames, or reads of
+    the timeline of their own) into the rank's part."""
+    key = windows.DEVICE_KEY
+    causes = [f"{c}_ns" for c in idle.CAUSES]
+    dev = (
+        r["devices"]
+        .join(r["idle_by_cause"], on=key, how="left")
+        .join(r["between_steps"], on=key, how="left")
+        .join(r["overlap"], on=key, how="left")
+        .join(r["tensor_cores"], on=key, how="left")
+        .with_columns(pl.col(causes).fill_null(0))
+        .with_columns(pl.col("gap_count", "host_wait_between_steps_ns").fill_null(0))
+        .with_columns(
+            devices.share(pl.col(f"{c}_ns"), pl.col("window_ns")).alias(f"{c}_share")
+            for c in idle.CAUSES
+        )
+    )
+    step_rows = (
+        r["steps"]
+        .join(r["idle_per_step"], on=[*key, "step"], how="left")
+        .with_columns(pl.col(causes).fill_null(0))
+    )
+    in_windows = w.kernels
+    dur = pl.col("end_ns") - pl.col("start_ns")
+    small = in_windows.select(
+        n=pl.len(),
+        small=(dur < kernels.SMALL_KERNEL_NS).sum(),
+        small_ns=pl.col("clipped_ns").filter(dur < kernels.SMALL_KERNEL_NS).sum(),
+    ).row(0, named=True)
+    frames = {
+        "windows": w.wins,
+        "devices": dev,
+        "steps": step_rows,
+        "gaps": w.gaps,
+        "sync_calls": r["sync_calls"],
+        "steps_per_rank": r["steps_per_rank"],
+        "collectives": r["collectives"],
+        "copies": r["copies"],
+        "outside_window": r["outside_window"],
+        "kernel_histogram": kernels.duration_histogram(in_windows),
+        "launch_size_histogram": kernels.launch_size_histogram(in_windows),
+        "kernel_names": kernels.name_totals(in_windows),
+        "kernel_classes": kernels.class_totals(in_windows),
+        "comm": in_windows.filter(pl.col("is_comm")).select(COMM_COLUMNS),
+        "timeline_bins": idle.timeline_bins(w.gaps, w.wins),
+        "bandwidth": bandwidth.memory_bound_bandwidth(timeline, in_windows, timeline.meta.devices),
+        "matmul_shapes": shapes.matmul_shapes(timeline, in_windows),
+        "memory_peaks": memory.step_peaks(timeline, w.markers),
+        "non_tc_gemms": gemm_units.non_tensor_core_gemms(in_windows),
+        "early_starts": clock.early_starts(timeline, work=w.linked),
+        "warmup_steps": w.state.warmup_rows,
+        "step_like": _step_like(timeline, found == 0),
+    }
+    ranks = timeline.events["rank"]
+    return RankPart(
+        rank=int(ranks[0]) if ranks.len() else 0,
+        meta=timeline.meta,
+        gpu_work=w.linked.height,
+        found_steps=found,
+        table=table,
+        excluded=frozenset(w.state.excluded["step"].to_list()),
+        frames=frames,
+        kernel_count=in_windows.height,
+        kernel_total_ns=int(in_windows["clipped_ns"].sum() or 0),
+        small_count=int(small["small"] or 0),
+        small_ns=int(small["small_ns"] or 0),
+        has_comm=w.has_comm,
+        has_steps=w.steps.height > 0,
+        facts=context.facts(timeline),
+        graph=graph,
+    )
+
+
+def _step_like(timeline: Timeline, wanted: bool) -> pl.DataFrame:
+    """name, len: host ranges named like steps (for the error of a --step-pattern that
+    matches none on any rank); none where `wanted` is False."""
+    found = (
+        timeline.events.lazy()
+        .filter(pl.col("kind").is_in(["annotation", "cpu_op"]))
+        .select(pl.col("name").cast(pl.String))
+        .filter(pl.col("name").str.contains("(?i)step|iter|batch"))
+        .group_by("name")
+        .len()
+    )
+    return (found if wanted else found.clear()).collect()
+
+
+def _step_ops(
+    timeline: Timeline, markers: pl.LazyFrame, keys: pl.DataFrame | None, all_steps: bool
+) -> pl.DataFrame:
+    """The GPU work launched inside steps (rank, device, kind, start_ns, end_ns, step) the
+    steady state reads; none with `all_steps` (every step kept)."""
+    cols = ("rank", "device", "kind", "start_ns", "end_ns")
+    if keys is None:
+        ops = windows.linked_work(timeline, markers, None, cols).select(*cols, "step")
+    else:
+        stepped = keys.filter(pl.col("step").is_not_null())
+        ev = timeline.events
+        ops = pl.DataFrame(
+            {c: ev[c].gather(stepped["_row"]) for c in cols} | {"step": stepped["step"]}
+        )
+    ops = ops.with_columns(pl.col("kind").cast(pl.String))
+    return ops.clear() if all_steps else ops
+
+
+def _drop_steps(
+    timeline: Timeline, keys: pl.DataFrame | None, excluded: pl.DataFrame
+) -> pl.DataFrame | None:
+    """The launch keys with the excluded steps' work unlinked (step null): it lies outside
+    the window, like work launched before the first step."""
+    if keys is None:
+        return None  # linked_work recomputes the steps from the steady markers
+    rank = timeline.events["rank"].gather(keys["_row"])
+    out = (
+        keys.with_columns(_rank=rank)
+        .join(
+            excluded.select(_rank="rank", step="step", _out=pl.lit(True)),
+            on=["_rank", "step"],
+            how="left",
+            maintain_order="left",
+        )
+        .with_columns(step=pl.when(pl.col("_out").is_null()).then(pl.col("step")))
+        .drop("_rank", "_out")
+    )
+    return out
+
+
+def _classified(timeline: Timeline, kernels_in: pl.LazyFrame) -> pl.LazyFrame:
+    """Kernels in the windows with kernel_class, is_comm, collective_kind and the Tensor
+    Core verdict (name rules run once per distinct name)."""
+    verdicts = tensor_cores.add_verdicts(kernels_in.drop("launch_ns"), timeline).with_columns(
+        is_comm=pl.col("kernel_class") == "comm"
+    )
+    return classify.with_comm_collective(verdicts, pl.col("is_comm"), "collective_kind")
+
+
+def check_pattern(pattern: str) -> None:
+    """A ConfigError for a step pattern that is not a valid regular expression."""
+    try:
+        pl.select(pl.lit("x").str.contains(pattern)).item()
+    except pl.exceptions.ComputeError as exc:
+        raise ConfigError(
+            f"--step-pattern is not a valid regular expression: {pattern!r}",
+            hint="use Rust regex syntax, e.g. '^step_\\d+$'",
+        ) from exc

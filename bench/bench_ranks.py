@@ -186,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
                     if line.startswith("timing: ") and "ranks" in line:
                         log(f"  {line}")
                 ratio = f", {best / base_s:.2f}x orjson.loads" if base_s else ""
-                extra = " (the dask workers' memory is not counted)" if cluster else ""
+                dask = "--dask-scheduler" in command
+                extra = " (the dask workers' memory is not counted)" if dask else ""
                 log(
                     f"{name}: {best:.2f} s, {size_mb / best:.0f} MB/s aggregate, peak "
                     f"{peak:.0f} MB{extra} ({peak / largest:.1f}x one rank file){ratio}"

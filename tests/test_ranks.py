@@ -15,7 +15,7 @@ from tests.builders import kernel, launch, step, write_trace
 from tests.conftest import REPO, SAMPLES, corpus
 from tests.test_golden import _rounded
 from traceanalyzer import api, ranks
-from traceanalyzer.analyses import idle, rank, steady, windows
+from traceanalyzer.analyses import critical_path, idle, rank, steady, windows
 from traceanalyzer.errors import NoGpuEventsError, TraceFormatError
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -60,9 +60,13 @@ def test_dlrm_8_ranks_reduced_equals_whole(tmp_path: Path) -> None:
 T0 = 1_000_000.0  # µs: a zero timestamp is dropped as missing
 
 
-def _rank_events(gpu: bool = True, warmup: bool = False) -> list[dict[str, Any]]:
+def _rank_events(
+    gpu: bool = True, warmup: bool = False, gpu_bound: bool = False
+) -> list[dict[str, Any]]:
     """Four steps of three launched kernels; `warmup`: the first step takes 4x as long and
-    allocates (cudaMalloc), as a first step with one-time work does."""
+    allocates (cudaMalloc), as a first step with one-time work does; `gpu_bound`: each
+    step's last kernel runs 12 ms, past the start of the next step's marker (the host runs
+    ahead of the GPU)."""
     events: list[dict[str, Any]] = []
     corr, t = 1, T0
     for n in range(1, 5):
@@ -73,7 +77,8 @@ def _rank_events(gpu: bool = True, warmup: bool = False) -> list[dict[str, Any]]
             ts = t + first + j * 1000
             events.append(launch(ts, 10, corr))
             if gpu:
-                events.append(kernel(ts + 50, 800, f"gemm_k{j}", corr=corr))
+                long = gpu_bound and j == 2
+                events.append(kernel(ts + 50, 12_000 if long else 800, f"gemm_k{j}", corr=corr))
             corr += 1
         if warmup and n == 1:
             events.append(launch(t + 5000, 20_000, 999, name="cudaMalloc"))
@@ -193,3 +198,23 @@ def test_sync_site_ties_are_decided_by_nesting_then_record_order(tmp_path: Path)
         sites = idle.sync_sites(timeline, syncs, markers, gaps).collect()
         expected = events[1]["name"]  # the one recorded first
         assert sites["op"].to_list() == [expected]
+
+
+@pytest.mark.parametrize("job", ["sample", "warmup"])
+def test_job_critical_path_a_step_at_a_time_equals_whole(job: str, tmp_path: Path) -> None:
+    """The job stage builds and solves its steps' graphs a chunk at a time: one step per
+    chunk gives the paths, what-ifs and ties of the whole graph."""
+    folder = (
+        SAMPLES / "sampled_2rank"
+        if job == "sample"
+        else _job(tmp_path / "job", [_rank_events(gpu_bound=True), _rank_events(warmup=True)])
+    )
+    files = sorted(folder.glob("*rank*.json*"))
+    parts = [rank.analyze_rank(api.load(f), rank.Options()) for f in files]
+    graphs = [p.graph for p in parts if p.graph is not None]
+    whole = critical_path.solve_job(graphs, chunk_ops=10**9)
+    stepwise = critical_path.solve_job(graphs, chunk_ops=1)
+    assert whole.steps["step"].n_unique() > 1
+    assert whole.steps.equals(stepwise.steps)
+    assert whole.what_if.equals(stepwise.what_if)
+    assert whole.path.sort("rank", "step", "seq").equals(stepwise.path.sort("rank", "step", "seq"))

@@ -12,6 +12,7 @@ the same pipeline runs either way.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,6 +75,7 @@ def analyze_folder(
     alone: in `jobs` worker processes (default: all cores; 1: here, one rank after the
     other), or on the dask.distributed scheduler at `scheduler`."""
     files = ChromeTraceReader().folder_files(folder)
+    opts = dataclasses.replace(opts, all_gaps=False)  # each rank's part small: see Options
 
     def run(tasks: list[Task]) -> list[RankPart | Skipped]:
         done = dict(parallel.run_all(analyse_rank_file, tasks, jobs, scheduler))

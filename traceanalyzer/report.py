@@ -20,7 +20,7 @@ from typing import Any, TypedDict
 
 import polars as pl
 
-from traceanalyzer.analyses.idle import CAUSES
+from traceanalyzer.analyses.idle import CAUSES, LONGEST_GAPS, longest_first
 from traceanalyzer.analyses.kernels import SMALL_KERNEL_NS
 from traceanalyzer.analyses.metrics import Metrics
 from traceanalyzer.model import TraceMeta
@@ -208,7 +208,6 @@ class Report:
         }
 
 
-LONGEST_GAPS = 10
 TOP_BANDWIDTH_OPS = 15
 
 
@@ -440,9 +439,7 @@ def build_report(
     outside = _rows(metrics.outside_window)
     span = metrics.windows.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
     q = meta.quality
-    longest = metrics.gaps.sort(
-        ["gap_ns", "rank", "device", "start_ns"], descending=[True, False, False, False]
-    ).head(LONGEST_GAPS)
+    longest = longest_first(metrics.gaps).head(LONGEST_GAPS)
     return Report(
         source={
             "path": meta.path,

@@ -314,20 +314,45 @@ def graph_inputs(
     )
 
 
+def input_windows(inputs: GraphInputs) -> pl.DataFrame:
+    """The step windows (`step_windows`) of the inputs' steps: each depends on the steps
+    before it on its rank (steps tile time), so they are made for all steps at once."""
+    ops = inputs.ops
+    queued = ops.filter(pl.col("pre")).group_by("rank").agg(pre_end_ns=pl.col("end_ns").max())
+    host = inputs.threads.select("rank", "step", end_ns="last")
+    return step_windows(ops.filter(~pl.col("pre")), host, inputs.markers, queued)
+
+
+def in_steps(inputs: GraphInputs, steps: pl.Series) -> GraphInputs:
+    """The inputs of some steps only (on every rank; without the work queued before the
+    window, which only `input_windows` reads)."""
+    inside = pl.col("step").is_in(steps.implode())
+    return GraphInputs(
+        markers=inputs.markers.filter(inside),
+        ops=inputs.ops.filter(inside & ~pl.col("pre")),
+        threads=inputs.threads.filter(inside),
+        syncs=inputs.syncs.filter(inside),
+    )
+
+
 def build_tables(
-    inputs: GraphInputs, *, cross_stream_max_ns: int = CROSS_STREAM_MAX_NS
+    inputs: GraphInputs,
+    *,
+    cross_stream_max_ns: int = CROSS_STREAM_MAX_NS,
+    windows: pl.DataFrame | None = None,
 ) -> GraphTables:
     """Build the node and edge tables of every step's graph (see the module docstring) from
-    the inputs of every rank of the job (`graph_inputs`)."""
-    markers, threads = inputs.markers, inputs.threads
-    # ties in stable order: within a rank, the order gpu_ops gives (by launch), whether the
-    # ranks' inputs were made together or apart
-    every_op = inputs.ops
-    queued = every_op.filter(pl.col("pre")).group_by("rank").agg(pre_end_ns=pl.col("end_ns").max())
-    raw_ops = every_op.filter(~pl.col("pre")).drop("pre")
-    del every_op
-    wins = step_windows(raw_ops, threads.select("rank", "step", end_ns="last"), markers, queued)
+    the inputs of every rank of the job (`graph_inputs`). `windows`: the steps' windows where
+    already made (`input_windows` over more steps than `inputs` holds: the steps' graphs
+    share no node, so a job's steps can be built and solved a few at a time)."""
+    markers = inputs.markers
+    raw_ops = inputs.ops.filter(~pl.col("pre")).drop("pre")
+    if windows is None:
+        wins = input_windows(inputs)
+    else:
+        wins = windows.join(markers.select("rank", "step"), on=["rank", "step"], how="semi")
     s_of = wins.select("rank", "step", w_start="start_ns", w_end="end_ns")
+    threads = inputs.threads
 
     ids = NodeIds()
     # --- GPU operations, clipped to their step's window: two nodes each (start, end)

@@ -41,6 +41,8 @@ from traceanalyzer.analyses.critical_graph import (
     GraphTables,
     build_tables,
     graph_inputs,
+    in_steps,
+    input_windows,
 )
 from traceanalyzer.analyses.devices import share
 from traceanalyzer.analyses.longest_path import I64
@@ -261,6 +263,57 @@ def prepared(
         return Prepared(None, scenarios)
     tables = build_tables(GraphInputs.concat(parts), cross_stream_max_ns=cross_stream_max_ns)
     return Prepared(tables, scenarios)
+
+
+#: The job stage builds and solves the graphs of about this many GPU operations at a time
+#: (whole steps of every rank: the steps' graphs share no node), so that its memory stays
+#: bounded however many ranks the job has.
+CHUNK_OPS = 50_000
+
+
+def solve_job(
+    parts: list[GraphInputs],
+    scenarios: tuple[Scenario, ...] = SCENARIOS,
+    cross_stream_max_ns: int = CROSS_STREAM_MAX_NS,
+    chunk_ops: int = CHUNK_OPS,
+) -> CriticalPaths:
+    """The critical paths of a job from its ranks' graph inputs (in order of rank), its
+    steps built and solved a chunk at a time. Each chunk's node ids keep the order the whole
+    job's would give them (the same blocks, each in the same order), so the paths, ties
+    included, are those of the whole graph."""
+    if not parts:
+        return _empty()
+    inputs = GraphInputs.concat(parts)
+    wins = input_windows(inputs)
+    sizes = (
+        inputs.markers.select("step")
+        .unique()
+        .join(inputs.ops.filter(~pl.col("pre")).group_by("step").len(), on="step", how="left")
+        .with_columns(pl.col("len").fill_null(0))
+        .sort("step")
+    )
+    chunks: list[list[int]] = [[]]
+    held = 0
+    for step, size in sizes.iter_rows():
+        if chunks[-1] and held + size > chunk_ops:
+            chunks.append([])
+            held = 0
+        chunks[-1].append(step)
+        held += size
+    solved = []
+    for chunk in chunks:
+        tables = build_tables(
+            in_steps(inputs, pl.Series(chunk, dtype=pl.Int64)),
+            cross_stream_max_ns=cross_stream_max_ns,
+            windows=wins,
+        )
+        solved.append(Prepared(tables, scenarios).solve())
+        del tables
+    return CriticalPaths(
+        steps=pl.concat([p.steps for p in solved]).sort("rank", "step"),
+        what_if=pl.concat([p.what_if for p in solved]).sort("rank", "step", "scenario"),
+        path=pl.concat([p.path for p in solved]),
+    )
 
 
 def weighting(scenario: Scenario) -> longest_path.Weighting:

@@ -445,6 +445,26 @@ def sync_sites(
     )
 
 
+#: The longest idle gaps the report lists.
+LONGEST_GAPS = 10
+
+
+def longest_first(gaps: pl.DataFrame) -> pl.DataFrame:
+    """The gaps longest first (ties in a fixed order: rank, device, start)."""
+    return gaps.sort(
+        ["gap_ns", "rank", "device", "start_ns"], descending=[True, False, False, False]
+    )
+
+
+def read_gaps(gaps: pl.DataFrame) -> pl.DataFrame:
+    """The gaps the report and the rules read: the LONGEST_GAPS longest, and every gap during
+    which a sync was in progress (TA002 prices them). A job's ranks hand on these only: the
+    longest of the job are among the longest of its ranks."""
+    return longest_first(gaps).filter(
+        (pl.int_range(pl.len()) < LONGEST_GAPS) | (pl.col("sync_ns") > 0)
+    )
+
+
 def gap_histogram(gaps: pl.DataFrame) -> pl.DataFrame:
     """lo_ns, hi_ns, count, total_ns and `<cause>_ns` per log-spaced gap-length bin."""
     edges = histogram_edges(int(gaps["gap_ns"].max() or 0))  # type: ignore[arg-type]

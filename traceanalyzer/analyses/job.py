@@ -59,8 +59,7 @@ def _paths(parts: list[RankPart]) -> critical_path.CriticalPaths:
     solved = [p.paths for p in parts if p.paths is not None]
     if solved:
         return solved[0]  # one part that is the whole job: solved in the rank stage
-    graphs = [p.graph for p in parts if p.graph is not None]
-    return critical_path.prepared(graphs).solve()
+    return critical_path.solve_job([p.graph for p in parts if p.graph is not None])
 
 
 def _concat(parts: list[RankPart], name: str) -> pl.DataFrame:
@@ -69,17 +68,18 @@ def _concat(parts: list[RankPart], name: str) -> pl.DataFrame:
 
 
 def _histogram(parts: list[RankPart], name: str, lo: str, hi: str) -> pl.DataFrame:
-    """A histogram of every rank's kernels from each rank's: the ranks' bin edges are the
-    start of one series, so the longest list of bins is the job's, and the counts add up."""
+    """A histogram of every rank's from each rank's: the ranks' bin edges are the start of
+    one series, so the longest list of bins is the job's, and the other columns add up."""
     frames = [p.frames[name] for p in parts]
     if len(frames) == 1:
         return frames[0]
     longest = max(frames, key=lambda f: f.height)
-    summed = pl.concat(frames).group_by(lo, hi).agg(pl.col("count").sum(), pl.col("total_ns").sum())
+    sums = [c for c in longest.columns if c not in (lo, hi)]
+    summed = pl.concat(frames).group_by(lo, hi).agg(pl.col(sums).sum())
     return (
         longest.select(lo, hi)
         .join(summed, on=[lo, hi], how="left")
-        .with_columns(pl.col("count", "total_ns").fill_null(0))
+        .with_columns(pl.col(sums).fill_null(0))
         .sort(lo)
     )
 
@@ -132,7 +132,7 @@ def _merge(
         small_kernel_count_share=small_count / count if count else None,
         small_kernel_time_share=small_ns / total if total else None,
         gaps=gaps,
-        gap_histogram=idle.gap_histogram(gaps),
+        gap_histogram=_histogram(parts, "gap_histogram", "lo_ns", "hi_ns"),
         sync_calls=sync_calls,
         collectives=_concat(parts, "collectives"),
         rank_waits=imbalance,

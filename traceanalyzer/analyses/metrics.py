@@ -349,8 +349,9 @@ class Metrics:
     - `top_kernels`: name, count, total_ns, share; `kernel_classes`: kernel_class, count,
       total_ns, share.
     - `gaps`: every idle gap (rank, device, start_ns, end_ns, gap_ns, cause, before, after,
-      launch_ns, sync_name, sync_start_ns); `gap_histogram`: lo_ns, hi_ns, count, total_ns
-      and ns per cause.
+      launch_ns, sync_name, sync_start_ns); a folder reduced rank by rank keeps those the
+      report and rules read (idle.read_gaps); `gap_histogram` (of every gap): lo_ns, hi_ns,
+      count, total_ns and ns per cause.
     - `sync_calls`: host syncs with rank, step, name, op, site, start_ns, idle_ns.
     - `collectives`: rank, device, collective, count, total_ns, exposed_ns, msg_bytes.
     - `rank_waits`: rank, collectives, comm_ns, wait_ns (empty for a single rank).

@@ -55,6 +55,9 @@ class Options:
     step_pattern: str | None = None
     launch_gap_max_ns: int = idle.LAUNCH_GAP_MAX_NS
     all_steps: bool = False
+    #: every idle gap in Metrics.gaps (annotate places them); False: the ones the report and
+    #: rules read (idle.read_gaps), so that a rank's part stays small
+    all_gaps: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +166,7 @@ def analyze_rank(
         collected = pl.collect_all([make(shared) for make in PLAN.values()])
     results = dict(zip(PLAN, collected, strict=True))
     with stage("analyze: rank results"):
-        part = _reduce(shared, results, table, found, graph, timeline)
+        part = _reduce(shared, results, table, found, graph, timeline, opts.all_gaps)
     if solving is not None:
         part = dataclasses.replace(part, paths=solving.result())
     return part
@@ -247,6 +250,7 @@ def _reduce(
     found: int,
     graph: GraphInputs | None,
     timeline: Timeline,
+    all_gaps: bool,
 ) -> RankPart:
     """File the plan's results and the analyses that need no plan (small frames, or reads of
     the timeline of their own) into the rank's part."""
@@ -281,7 +285,8 @@ def _reduce(
         "windows": w.wins,
         "devices": dev,
         "steps": step_rows,
-        "gaps": w.gaps,
+        "gaps": w.gaps if all_gaps else idle.read_gaps(w.gaps),
+        "gap_histogram": idle.gap_histogram(w.gaps),
         "sync_calls": r["sync_calls"],
         "steps_per_rank": r["steps_per_rank"],
         "collectives": r["collectives"],

@@ -11,7 +11,7 @@ from typing import Any
 import polars as pl
 import pytest
 
-from tests.builders import kernel, launch, step, write_trace
+from tests.builders import cpu_op, kernel, launch, step, write_trace
 from tests.conftest import REPO, SAMPLES, corpus
 from tests.test_golden import _rounded
 from traceanalyzer import api, ranks
@@ -100,8 +100,10 @@ def test_warmup_on_one_rank_is_left_out_on_every_rank(
     calls: list[tuple[int, bool]] = []
     real = rank.analyze_rank
 
-    def counted(timeline: Any, opts: Any, flagged: Any = None, solo: bool = False) -> Any:
-        part = real(timeline, opts, flagged, solo)
+    def counted(
+        timeline: Any, opts: Any, flagged: Any = None, solo: bool = False, job_steps: Any = None
+    ) -> Any:
+        part = real(timeline, opts, flagged, solo, job_steps)
         calls.append((part.rank, flagged is not None))
         return part
 
@@ -177,7 +179,6 @@ def test_sync_site_ties_are_decided_by_nesting_then_record_order(tmp_path: Path)
     """An operator and the one it calls recorded with the same start and end (aten::to
     around aten::_to_copy, microsecond clocks): the outermost is the one recorded first, in
     whatever order the rows reach the analysis."""
-    from tests.builders import cpu_op
 
     base = [
         step(1, T0, 5_000),
@@ -218,3 +219,60 @@ def test_job_critical_path_a_step_at_a_time_equals_whole(job: str, tmp_path: Pat
     assert whole.steps.equals(stepwise.steps)
     assert whole.what_if.equals(stepwise.what_if)
     assert whole.path.sort("rank", "step", "seq").equals(stepwise.path.sort("rank", "step", "seq"))
+
+
+def _shaped_rank(scale: float) -> list[dict[str, Any]]:
+    """GPU-bound steps of two memory-bound operators and a GEMM, with recorded shapes: each
+    kernel `scale` times as long as on the first rank."""
+    events: list[dict[str, Any]] = []
+    corr, t = 1, T0
+    ops = [("aten::add", 3000.0), ("aten::mul", 2000.0), ("aten::mm", 1000.0)]
+    for n in range(1, 6):
+        events.append(step(n, t, 200.0))
+        g = t + 300
+        for j, (op, dur) in enumerate(ops):
+            ts = t + 10 + j * 20
+            dims = [[4096, 1024], [1024, 1001]] if op == "aten::mm" else [[1024, 1024]] * 2
+            kind = "c10::BFloat16" if op == "aten::mm" else "float"
+            args = {"External id": corr, "Input Dims": dims, "Input type": [kind, kind]}
+            events.append(cpu_op(ts - 2, 15, op, **args))
+            events.append(launch(ts, 5, corr))
+            name = "sm90_xmma_gemm_bf16bf16_bf16f32" if op == "aten::mm" else "elementwise_kernel"
+            events.append(kernel(g, dur * scale, name, corr=corr))
+            g += dur * scale
+            corr += 1
+        t = g + 10
+    return events
+
+
+def test_operator_lists_are_ordered_across_the_job(tmp_path: Path) -> None:
+    """Memory-bound operators and matmul shapes are listed by kernel time over the whole
+    job (the report shows the first few), not rank after rank."""
+    folder = _job(tmp_path / "job", [_shaped_rank(1.0), _shaped_rank(2.0)])
+    workers, here, whole = _three_ways(folder, tmp_path)
+    assert workers == here == whole
+    report = json.loads(workers)
+    for listed in (report["memory_bandwidth"], report["matmul_shapes"]):
+        assert listed and listed[0]["rank"] == 1
+        times = [row["kernel_ns"] for row in listed]
+        assert times == sorted(times, reverse=True)
+
+
+def test_rank_without_steps_of_its_own_takes_the_jobs_windows(tmp_path: Path) -> None:
+    """Rank 1 marks steps but its GPU work carries no launch links (no device steps of its
+    own), and one kernel runs before its first step: as the job has steps, its window is
+    the steps' host span, and that kernel lies outside it."""
+    unlinked: list[dict[str, Any]] = []
+    for event in _rank_events():
+        if event.get("cat") == "kernel":
+            args = {k: v for k, v in event["args"].items() if k != "correlation"}
+            event = {**event, "args": args}
+        unlinked.append(event)
+    unlinked.append(kernel(T0 - 5000, 800, "gemm_early"))
+    folder = _job(tmp_path / "job", [_rank_events(), unlinked])
+    workers, here, whole = _three_ways(folder, tmp_path)
+    assert workers == here == whole
+    report = json.loads(workers)
+    assert report["window"]["basis"] == "steps"
+    outside = {r["rank"]: r["before_count"] for r in report["data_quality"]["outside_window"]}
+    assert outside[1] == 1

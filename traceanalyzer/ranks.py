@@ -34,11 +34,13 @@ from traceanalyzer.readers.chrome_trace import (
 
 @dataclass(frozen=True, slots=True)
 class Task:
-    """One rank's file to analyse, with the steps the job leaves out (None: its own)."""
+    """One rank's file to analyse, with the steps the job leaves out and whether its windows
+    come from steps (None: as its own steps say)."""
 
     path: str
     opts: Options
     flagged: Flagged | None = None
+    job_steps: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +62,7 @@ def analyse_rank_file(task: Task) -> RankPart | Skipped:
         return Skipped(f"{path.name}: {exc.problem}")
     except (OSError, EOFError, ValueError) as exc:  # a corrupt gzip stream, say
         return Skipped(unreadable(path, exc))
-    return analyze_rank(timeline, task.opts, task.flagged)
+    return analyze_rank(timeline, task.opts, task.flagged, job_steps=task.job_steps)
 
 
 def is_rank_folder(path: Path) -> bool:
@@ -91,9 +93,9 @@ def analyze_folder(
     if not any(part.gpu_work for _path, part in analysed):
         raise no_gpu_events(read(folder))  # the error names what the job holds instead
 
-    def rerun(again: list[int], flagged: Flagged) -> list[RankPart]:
-        parts = run([Task(analysed[i][0], opts, flagged) for i in again])
+    def rerun(again: list[int], flagged: Flagged, job_steps: bool | None) -> list[RankPart]:
+        parts = run([Task(analysed[i][0], opts, flagged, job_steps) for i in again])
         return [p for p in parts if isinstance(p, RankPart)]
 
     settled, flagged = settle([part for _path, part in analysed], rerun)
-    return meta, finish(settled, flagged, opts)
+    return meta, finish(settled, flagged, opts, str(folder))

@@ -37,23 +37,23 @@ def analyze(
     ranks = timeline.events["rank"].unique().sort().to_list()
     if len(ranks) == 1:
         part = analyze_rank(timeline, opts, solo=True)
-        return finish([part], steady.flag([part.table]), opts)
+        return finish([part], steady.flag([part.table]), opts, timeline.meta.path)
 
-    def rank_part(i: int, flagged: Flagged | None) -> RankPart:
-        return analyze_rank(_rank_of(timeline, ranks[i]), opts, flagged)
+    def rank_part(i: int, flagged: Flagged | None, job_steps: bool | None) -> RankPart:
+        return analyze_rank(_rank_of(timeline, ranks[i]), opts, flagged, job_steps=job_steps)
 
     parts, flagged = job.settle(
-        [rank_part(i, None) for i in range(len(ranks))],
-        lambda again, flagged: [rank_part(i, flagged) for i in again],
+        [rank_part(i, None, None) for i in range(len(ranks))],
+        lambda again, flagged, job_steps: [rank_part(i, flagged, job_steps) for i in again],
     )
-    return finish(parts, flagged, opts)
+    return finish(parts, flagged, opts, timeline.meta.path)
 
 
-def finish(parts: list[RankPart], flagged: Flagged, opts: Options) -> Metrics:
-    """The job's Metrics from its ranks' parts; a ConfigError where a `--step-pattern`
-    matched no step on any rank."""
+def finish(parts: list[RankPart], flagged: Flagged, opts: Options, path: str) -> Metrics:
+    """The job's Metrics from its ranks' parts; a ConfigError naming `path` (the trace or
+    folder) where a `--step-pattern` matched no step on any rank."""
     if opts.step_pattern and not any(p.found_steps for p in parts):
-        raise _no_match(parts, opts.step_pattern)
+        raise _no_match(parts, opts.step_pattern, path)
     return job.combine(parts, flagged, opts)
 
 
@@ -62,7 +62,7 @@ def _rank_of(timeline: Timeline, rank: int) -> Timeline:
     return Timeline(events=timeline.events.filter(pl.col("rank") == rank), meta=timeline.meta)
 
 
-def _no_match(parts: list[RankPart], pattern: str) -> ConfigError:
+def _no_match(parts: list[RankPart], pattern: str, path: str) -> ConfigError:
     """The error for a --step-pattern that matches no host range, with names that might."""
     names = (
         pl.concat([p.frames["step_like"] for p in parts])
@@ -81,7 +81,7 @@ def _no_match(parts: list[RankPart], pattern: str) -> ConfigError:
     )
     return ConfigError(
         f"--step-pattern {pattern!r} matches no host range in the trace",
-        path=parts[0].meta.path,
+        path=path,
         hint=hint,
     )
 

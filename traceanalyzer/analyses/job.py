@@ -20,31 +20,37 @@ from traceanalyzer.analyses.rank import Flagged, Options, RankPart
 from traceanalyzer.analyses.windows import DEVICE_KEY
 from traceanalyzer.timings import stage
 
+Rerun = Callable[[list[int], Flagged, bool | None], list[RankPart]]
 
-def settle(
-    parts: list[RankPart], rerun: Callable[[list[int], Flagged], list[RankPart]]
-) -> tuple[list[RankPart], Flagged]:
-    """Every rank's part in order of rank, with the steps left out that the job leaves out.
+
+def settle(parts: list[RankPart], rerun: Rerun) -> tuple[list[RankPart], Flagged]:
+    """Every rank's part in order of rank, with the steps left out and the windows' basis
+    that the job decides.
 
     `parts`: each rank's, decided on its own evidence. The steps to leave out are decided on
     every rank's steps table (a step left out on one rank is left out on all:
-    `steady.flag`); `rerun(indexes, flagged)` runs the rank stage again for the parts at
-    `indexes` whose own decision left out other steps (rare: warm-up is the same steps
-    everywhere), and returns their new parts in the same order.
+    `steady.flag`); then the windows of every rank come from steps when any rank has steps
+    on a device, else from the whole trace. `rerun(indexes, flagged, job_steps)` runs the
+    rank stage again for the parts at `indexes` whose own decision differs (rare: warm-up
+    is the same steps everywhere, and a job's ranks all mark steps or none does), and returns
+    their new parts in the same order.
     """
+    parts = list(parts)
     order = sorted(range(len(parts)), key=lambda i: parts[i].rank)
     flagged = steady.flag([parts[i].table for i in order])
-    again = [
-        i
-        for i, p in enumerate(parts)
-        if frozenset(steady.excluded_rows(p.table.per_step, flagged)["step"].to_list())
-        != p.excluded
-    ]
-    parts = list(parts)
-    if again:
-        for i, part in zip(again, rerun(again, flagged), strict=True):
+
+    def again(indexes: list[int], job_steps: bool | None) -> None:
+        for i, part in zip(indexes, rerun(indexes, flagged, job_steps), strict=True):
             parts[i] = part
+
+    again([i for i, p in enumerate(parts) if _left_out(p, flagged) != p.excluded], None)
+    job_steps = any(p.has_steps for p in parts)
+    again([i for i, p in enumerate(parts) if p.by_steps != job_steps], job_steps)
     return [parts[i] for i in order], flagged
+
+
+def _left_out(part: RankPart, flagged: Flagged) -> frozenset[int]:
+    return frozenset(steady.excluded_rows(part.table.per_step, flagged)["step"].to_list())
 
 
 def combine(parts: list[RankPart], flagged: Flagged, opts: Options) -> Metrics:
@@ -141,8 +147,13 @@ def _merge(
         sync_sites=idle.sync_sites_summary(sync_calls, _concat(parts, "steps_per_rank")),
         syncs_per_step=idle.syncs_per_step(sync_calls),
         slowest_rank=slowest,
-        bandwidth=_concat(parts, "bandwidth"),
-        matmul_shapes=_concat(parts, "matmul_shapes"),
+        bandwidth=_longest_first(parts, "bandwidth", ["rank", "device", "op_name"]),
+        matmul_shapes=_longest_first(
+            parts,
+            "matmul_shapes",
+            ["rank", "device", "op_name", "m", "n", "k", "dtype"],
+            nulls_last=True,
+        ),
         memory_peaks=peaks,
         non_tc_gemms=_concat(parts, "non_tc_gemms"),
         early_starts=_concat(parts, "early_starts"),
@@ -154,6 +165,16 @@ def _merge(
         warmup_steps=_concat(parts, "warmup_steps"),
         outside_window=_concat(parts, "outside_window"),
         facts=context.RunFacts.merge([p.facts for p in parts]),
+    )
+
+
+def _longest_first(
+    parts: list[RankPart], name: str, then: list[str], nulls_last: bool = False
+) -> pl.DataFrame:
+    """Every rank's rows, by kernel time across the job (as each rank's are sorted)."""
+    rows = _concat(parts, name)
+    return rows.sort(
+        ["kernel_ns", *then], descending=[True] + [False] * len(then), nulls_last=nulls_last
     )
 
 

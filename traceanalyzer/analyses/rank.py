@@ -78,6 +78,7 @@ class Windowed:
     gaps: pl.DataFrame
     has_comm: bool
     launch_gap_max_ns: int
+    by_steps: bool
 
 
 #: The plan: the analyses of one rank that are independent polars plans over the shared
@@ -111,6 +112,8 @@ class RankPart:
     merges them), the kernel totals by name and class, the communication kernels (`comm`)
     and the timeline bins before the collective columns. `excluded`: the steps it left out
     (as the job stage decided, or on its own evidence); `table`: the steady state's table.
+    `has_steps`: the rank has steps on a device; `by_steps`: its windows come from steps
+    (the job's: any rank's `has_steps`).
     `graph`: the critical path's inputs, or `paths` where the rank is the whole job (solved
     in the rank stage, beside the other analyses).
     """
@@ -128,17 +131,24 @@ class RankPart:
     small_ns: int
     has_comm: bool
     has_steps: bool
+    by_steps: bool
     facts: context.RunFacts
     graph: GraphInputs | None = None
     paths: critical_path.CriticalPaths | None = field(default=None, repr=False)
 
 
 def analyze_rank(
-    timeline: Timeline, opts: Options, flagged: Flagged | None = None, solo: bool = False
+    timeline: Timeline,
+    opts: Options,
+    flagged: Flagged | None = None,
+    solo: bool = False,
+    job_steps: bool | None = None,
 ) -> RankPart:
     """Analyse the events of one rank (`timeline` holds one rank, or is the whole job when
-    `solo`). `flagged`: the steps to leave out as the job stage decided them; None: as this
-    rank's own steps say (the job stage runs the rank again where that differs)."""
+    `solo`). `flagged`: the steps to leave out as the job stage decided them; `job_steps`:
+    whether the job's windows come from steps (any rank has steps on a device) or from the
+    whole trace. None: as this rank's own steps say (the job stage runs the rank again where
+    that differs)."""
     with stage("analyze: steady steps"):
         markers, keys, state, table, found = _steady_steps(timeline, opts, flagged)
         syncs = idle.sync_calls(timeline).collect().lazy()
@@ -161,7 +171,7 @@ def analyze_rank(
         pool.shutdown(wait=False)
         del prepared
     with stage("analyze: windows"):
-        shared = _windowed(timeline, markers, keys, state, syncs, opts.launch_gap_max_ns)
+        shared = _windowed(timeline, markers, keys, state, syncs, opts.launch_gap_max_ns, job_steps)
     with stage("analyze: plan"):
         collected = pl.collect_all([make(shared) for make in PLAN.values()])
     results = dict(zip(PLAN, collected, strict=True))
@@ -212,14 +222,16 @@ def _windowed(
     state: steady.SteadyState,
     syncs: pl.LazyFrame,
     launch_gap_max_ns: int,
+    job_steps: bool | None,
 ) -> Windowed:
-    """The shared inputs of the plan (see `Windowed`)."""
+    """The shared inputs of the plan (see `Windowed`). `job_steps`: see `analyze_rank`."""
     with stage("analyze: windows: linked work"):
         linked = windows.linked_work(timeline, markers, keys)
     work = linked.lazy().drop(windows.LAUNCH_EXTRA)
     with stage("analyze: windows: steps"):
         steps = windows.device_steps(work, markers).collect()
-        wins = windows.device_windows(work, steps.lazy(), markers, steps.height > 0).collect()
+        by_steps = steps.height > 0 if job_steps is None else job_steps
+        wins = windows.device_windows(work, steps.lazy(), markers, by_steps).collect()
     with stage("analyze: windows: kernels"):
         in_windows = _classified(timeline, devices.kernels_in_windows(work, wins.lazy())).collect()
     # in-memory: the streaming engine takes much longer over the window joins and join_asofs
@@ -240,6 +252,7 @@ def _windowed(
         gaps=gaps,
         has_comm=bool(in_windows["is_comm"].any()),
         launch_gap_max_ns=launch_gap_max_ns,
+        by_steps=by_steps,
     )
 
 
@@ -321,6 +334,7 @@ def _reduce(
         small_ns=int(small["small_ns"] or 0),
         has_comm=w.has_comm,
         has_steps=w.steps.height > 0,
+        by_steps=w.by_steps,
         facts=context.facts(timeline),
         graph=graph,
     )

@@ -21,13 +21,12 @@ from traceanalyzer.analyses import finish, no_gpu_events
 from traceanalyzer.analyses.job import settle
 from traceanalyzer.analyses.metrics import Metrics
 from traceanalyzer.analyses.rank import Flagged, Options, RankPart, analyze_rank
-from traceanalyzer.errors import TraceAnalyzerError, TraceFormatError
 from traceanalyzer.model import TraceMeta, combine_meta
 from traceanalyzer.readers import read
 from traceanalyzer.readers.chrome_trace import (
     ChromeTraceReader,
+    Skipped,
     check_ranks,
-    unreadable,
     with_skipped,
 )
 
@@ -43,25 +42,12 @@ class Task:
     job_steps: bool | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Skipped:
-    """A file of the folder that could not be read: why, as the notes name it."""
-
-    why: str
-
-
 def analyse_rank_file(task: Task) -> RankPart | Skipped:
     """Read and analyse one rank's file (in a worker: module level, picklable result)."""
-    path = Path(task.path)
     reader = ChromeTraceReader()
-    try:
-        if not reader.sniff(path):
-            raise TraceFormatError("empty, or not JSON", path=path)
-        timeline = reader.read(path)
-    except TraceAnalyzerError as exc:
-        return Skipped(f"{path.name}: {exc.problem}")
-    except (OSError, EOFError, ValueError) as exc:  # a corrupt gzip stream, say
-        return Skipped(unreadable(path, exc))
+    timeline = reader.read_or_skip(Path(task.path), reader.read)
+    if isinstance(timeline, Skipped):
+        return timeline
     return analyze_rank(timeline, task.opts, task.flagged, job_steps=task.job_steps)
 
 

@@ -137,11 +137,6 @@ def facts(timeline: Timeline) -> RunFacts:
     )
 
 
-def run_context(timeline: Timeline, metrics: Metrics) -> dict[str, Any]:
-    """The run's context (CONTEXT_KEYS) of one timeline; see `decide`."""
-    return decide(facts(timeline), timeline.meta, metrics)
-
-
 def decide(found: RunFacts, meta: TraceMeta, metrics: Metrics) -> dict[str, Any]:
     """The run's context (CONTEXT_KEYS); see the module docs for what each means."""
     host, frames, kernels, has = found.host, found.frames, found.kernels, dict(found.has)

@@ -46,11 +46,6 @@ def duration_histogram(kernels: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def top_kernels(kernels: pl.DataFrame, n: int) -> pl.DataFrame:
-    """name, count, total_ns, share (of all kernel time in the windows), top `n` by time."""
-    return top_of(name_totals(kernels), n)
-
-
 def name_totals(kernels: pl.DataFrame) -> pl.DataFrame:
     """name (text), count, total_ns of every kernel name: what `top_of` ranks (the totals of
     several ranks add up)."""
@@ -133,26 +128,15 @@ def launch_size_histogram(kernels: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def small_kernels(
-    kernels: pl.DataFrame, limit_ns: int = SMALL_KERNEL_NS
-) -> dict[str, float | None]:
-    """Share of kernels, and of kernel time, in kernels shorter than `limit_ns`."""
+def small_totals(kernels: pl.DataFrame, limit_ns: int = SMALL_KERNEL_NS) -> tuple[int, int]:
+    """How many kernels are shorter than `limit_ns`, and their time in the windows (a
+    job's shares of small kernels are these summed over its ranks, over the ranks' totals)."""
     dur = pl.col("end_ns") - pl.col("start_ns")
     row = kernels.select(
-        n=pl.len(),
         small=(dur < limit_ns).sum(),
-        total=pl.col("clipped_ns").sum(),
         small_ns=pl.col("clipped_ns").filter(dur < limit_ns).sum(),
-    ).row(0, named=True)
-    return {
-        "count_share": row["small"] / row["n"] if row["n"] else None,
-        "time_share": row["small_ns"] / row["total"] if row["total"] else None,
-    }
-
-
-def class_breakdown(kernels: pl.DataFrame) -> pl.DataFrame:
-    """kernel_class, count, total_ns, share of kernel time (kernels carry `kernel_class`)."""
-    return classes_of(class_totals(kernels))
+    ).row(0)
+    return int(row[0] or 0), int(row[1] or 0)
 
 
 def class_totals(kernels: pl.DataFrame) -> pl.DataFrame:

@@ -288,12 +288,7 @@ def _reduce(
         .with_columns(pl.col(causes).fill_null(0))
     )
     in_windows = w.kernels
-    dur = pl.col("end_ns") - pl.col("start_ns")
-    small = in_windows.select(
-        n=pl.len(),
-        small=(dur < kernels.SMALL_KERNEL_NS).sum(),
-        small_ns=pl.col("clipped_ns").filter(dur < kernels.SMALL_KERNEL_NS).sum(),
-    ).row(0, named=True)
+    small_count, small_ns = kernels.small_totals(in_windows)
     frames = {
         "windows": w.wins,
         "devices": dev,
@@ -330,8 +325,8 @@ def _reduce(
         frames=frames,
         kernel_count=in_windows.height,
         kernel_total_ns=int(in_windows["clipped_ns"].sum() or 0),
-        small_count=int(small["small"] or 0),
-        small_ns=int(small["small_ns"] or 0),
+        small_count=small_count,
+        small_ns=small_ns,
         has_comm=w.has_comm,
         has_steps=w.steps.height > 0,
         by_steps=w.by_steps,

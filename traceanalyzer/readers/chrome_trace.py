@@ -31,9 +31,11 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 import polars as pl
@@ -70,6 +72,8 @@ MAX_HEADER_BYTES = 256 << 20
 
 
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*')
+T = TypeVar("T")
+
 _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 
 
@@ -100,18 +104,27 @@ class ChromeTraceReader:
         ]
         return sorted({*named, *(p for p in folder.iterdir() if p.is_file() and self.sniff(p))})
 
+    def read_or_skip(self, path: Path, read: Callable[[Path], T]) -> T | Skipped:
+        """`read(path)` of one file of a folder, or why it could not be read (one rank's
+        unreadable file is named in the notes; the others are still read)."""
+        try:
+            if not self.sniff(path):
+                raise TraceFormatError("empty, or not JSON", path=path)
+            return read(path)
+        except TraceAnalyzerError as exc:
+            return Skipped(f"{path.name}: {exc.problem}")
+        except (OSError, EOFError, ValueError) as exc:  # a corrupt gzip stream, say
+            return Skipped(f"{path.name}: unreadable ({type(exc).__name__}: {exc})")
+
     def _read_folder(self, folder: Path) -> Timeline:
         parts: list[tuple[Path, Parsed]] = []
         skipped: list[str] = []
         for f in self.folder_files(folder):  # one per rank: each is read or named
-            try:
-                if not self.sniff(f):
-                    raise TraceFormatError("empty, or not JSON", path=f)
-                parts.append((f, read_file(f)))
-            except TraceAnalyzerError as exc:
-                skipped.append(f"{f.name}: {exc.problem}")
-            except (OSError, EOFError, ValueError) as exc:  # a corrupt gzip stream, say
-                skipped.append(unreadable(f, exc))
+            got = self.read_or_skip(f, read_file)
+            if isinstance(got, Skipped):
+                skipped.append(got.why)
+            else:
+                parts.append((f, got))
         ranked = [(f, p, *_rank_of(f, p.header)) for f, p in parts]
         check_ranks(folder, [(f, rank, src) for f, _p, rank, src in ranked], skipped)
         timelines = [_to_timeline(p, rank, src, str(f)) for f, p, rank, src in ranked]
@@ -120,9 +133,11 @@ class ChromeTraceReader:
         return Timeline(events=combined.events, meta=meta).validate()
 
 
-def unreadable(path: Path, exc: Exception) -> str:
-    """How a rank file that could not be read is named in the notes."""
-    return f"{path.name}: unreadable ({type(exc).__name__}: {exc})"
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """A file of a folder that could not be read: why, as the notes name it."""
+
+    why: str
 
 
 def check_ranks(folder: Path, ranked: list[tuple[Path, int, str]], skipped: list[str]) -> None:

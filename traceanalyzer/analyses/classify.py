@@ -429,24 +429,27 @@ def comm_collective(
     )
 
 
-def with_comm_collective(frame: pl.LazyFrame, is_comm: pl.Expr, out: str) -> pl.LazyFrame:
+def with_comm_collective(frame: pl.DataFrame, is_comm: pl.Expr, out: str) -> pl.DataFrame:
     """`frame` with column `out`: `comm_collective` of the rows where `is_comm` (from name,
     op_name, and collective or else op_collective), null on the others. Named on the
-    communication rows only (three name lookups a row, for a few rows in a thousand), then
-    the rows back in their order."""
-    indexed = frame.with_row_index("_row")
-    comm = indexed.filter(is_comm).with_columns(
-        comm_collective(
-            pl.lit(True),
-            pl.col("name"),
-            pl.col("op_name"),
-            pl.coalesce(pl.col("collective"), pl.col("op_collective")),
-        ).alias(out)
+    communication rows only (three name lookups a row, for a few rows in a thousand), and
+    scattered into a column of nulls: the rows keep their order without a sort (at 10^6
+    kernels a concat and sort took 0.3 s, the scatter 0.02 s)."""
+    rows = frame.select(is_comm.fill_null(False)).to_series().arg_true()
+    named = (
+        frame[rows]
+        .select(
+            comm_collective(
+                pl.lit(True),
+                pl.col("name"),
+                pl.col("op_name"),
+                pl.coalesce(pl.col("collective"), pl.col("op_collective")),
+            )
+        )
+        .to_series()
     )
-    rest = indexed.filter(~is_comm | is_comm.is_null()).with_columns(
-        pl.lit(None, COLLECTIVE_KIND).alias(out)
-    )
-    return pl.concat([comm, rest]).sort("_row").drop("_row")
+    column = pl.repeat(None, frame.height, dtype=COLLECTIVE_KIND, eager=True)
+    return frame.with_columns(column.scatter(rows, named).alias(out))
 
 
 def class_table_markdown() -> str:

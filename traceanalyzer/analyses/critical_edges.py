@@ -440,5 +440,5 @@ def bind(edges: pl.DataFrame, node_count: int) -> pl.DataFrame:
             "work_part_ns",
             slack_part_ns=pl.col("weight_ns") - pl.col("work_part_ns"),
         )
-        .collect()
+        .collect(engine="in-memory")
     )

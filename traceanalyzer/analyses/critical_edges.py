@@ -195,8 +195,11 @@ def host_edges(
     sync_calls: pl.DataFrame,
     ops: pl.DataFrame,
 ) -> list[pl.LazyFrame]:
-    """thread, launch and wait edges."""
+    """thread, launch and wait edges. `launched` and `sync_calls` carry the node of their
+    launch's point (`at_node`) and of their end (`end_node`): an edge is made where the
+    thread is known (`keyed`), as a join on the thread's keys would match."""
     pkey = ["rank", "step", "pid", "tid"]
+    keyed = pl.col("pid").is_not_null() & pl.col("tid").is_not_null()
     seg = (
         points.with_columns(nt=neighbour("t", -1, pkey), nn=neighbour("node", -1, pkey))
         .filter(pl.col("nn").is_not_null())
@@ -210,9 +213,15 @@ def host_edges(
         .agg(s_end=pl.col("end_ns").max())
         .sort("s_start")
     )
+    # launches that start together on one thread share their point: one row per point
+    # (sorted by it, not grouped on the five keys: 0.04 s against 0.17 s at 10^6 kernels)
     launches = (
-        launched.group_by(*pkey, l_start="launch_at")
-        .agg(l_end=pl.col("launch_done").max())
+        launched.sort("at_node")
+        .select(
+            *pkey, "at_node", l_start="launch_at", l_end=pl.col("launch_done").max().over("at_node")
+        )
+        .filter(pl.col("at_node").ne_missing(pl.col("at_node").shift(1)))
+        .drop("at_node")
         .sort("l_start")
     )
     # the GPU work each sync call waited for: the latest end of the rank's GPU work that
@@ -227,8 +236,8 @@ def host_edges(
             strategy="backward",
             check_sortedness=False,
         )
-        .filter(pl.col("g").is_not_null() & (pl.col("g") > pl.col("start_ns")))
-        .join(points, left_on=[*pkey, "end_ns"], right_on=[*pkey, "t"])
+        .filter(pl.col("g").is_not_null() & (pl.col("g") > pl.col("start_ns")) & keyed)
+        .rename({"end_node": "node"})
     )
     seg = (
         seg.join_asof(
@@ -270,7 +279,7 @@ def host_edges(
         gap_ns=gap,
         slack_kind=kind_lit("idle"),
     )
-    lrows = launched.join(points, left_on=[*pkey, "launch_at"], right_on=[*pkey, "t"])
+    lrows = launched.filter(keyed).rename({"at_node": "node"})
     launch = edge_rows(
         lrows,
         step=pl.col("step"),

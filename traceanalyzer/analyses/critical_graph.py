@@ -397,28 +397,41 @@ def build_tables(
         .with_columns(first=pl.max_horizontal("first", "w_start"))
     )
     pkey = ["rank", "step", "pid", "tid"]
-    points = (
-        pl.concat(
-            [
-                launched.select(*pkey, t="launch_at"),
-                launched.select(*pkey, t="launch_done"),
-                sync_calls.select(*pkey, t="start_ns"),
-                sync_calls.select(*pkey, t="end_ns"),
-                spans.select(*pkey, t="first"),
-                spans.select(*pkey, t="last"),
-            ]
-        )
+    ends = [
+        launched.select(*pkey, t="launch_at"),
+        launched.select(*pkey, t="launch_done"),
+        sync_calls.select(*pkey, t="start_ns"),
+        sync_calls.select(*pkey, t="end_ns"),
+        spans.select(*pkey, t="first"),
+        spans.select(*pkey, t="last"),
+    ]
+    ordered = (
+        pl.concat(ends)
         .lazy()
+        .with_row_index("src")
         .sort(*pkey, "t")
         # duplicates are neighbours once sorted (a hashing `unique` took 8x longer)
+        .with_columns(
+            new=pl.any_horizontal(pl.col(c).ne_missing(pl.col(c).shift(1)) for c in [*pkey, "t"])
+        )
+        .with_columns(j=pl.col("new").cast(pl.Int64).cum_sum() - 1)
         # (these tables' plans run on the in-memory engine: at 10^6 kernels the streaming
         # one took 0.5 s longer over them)
-        .filter(pl.any_horizontal(pl.col(c).ne_missing(pl.col(c).shift(1)) for c in [*pkey, "t"]))
-        .with_row_index("j")
-        .collect()
+        .collect(engine="in-memory")
     )
+    points = ordered.filter(pl.col("new")).select(*pkey, "t", "j")
     first_point = ids.take("host_points", points.height)
-    points = points.with_columns(node=first_point + pl.col("j").cast(pl.Int64)).drop("j")
+    points = points.with_columns(node=first_point + pl.col("j")).drop("j")
+    # each launch's and each sync call's end point, by the rows the points came from: the
+    # edges that start or end there need no join on the five keys (0.4 s at 10^6 kernels)
+    node_of = pl.repeat(0, ordered.height, dtype=pl.Int64, eager=True).scatter(
+        ordered["src"], ordered["j"] + first_point
+    )
+    del ordered
+    n_launched, n_syncs = launched.height, sync_calls.height
+    launched = launched.with_columns(at_node=node_of.slice(0, n_launched))
+    sync_calls = sync_calls.with_columns(end_node=node_of.slice(2 * n_launched + n_syncs, n_syncs))
+    del node_of
     first_window = ids.take("step_windows", 2 * wins.height)  # a source and a sink each
     wins = (
         wins.sort("rank", "step")

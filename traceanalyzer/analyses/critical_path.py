@@ -261,6 +261,9 @@ def prepared(
     rank), ready for `solve`."""
     if not parts:
         return Prepared(None, scenarios)
+    # a step's graph has about five edges per GPU operation (op, stream, launch, two of
+    # its thread's), four at the least
+    longest_path.preload(4 * sum(p.ops.height for p in parts))
     tables = build_tables(GraphInputs.concat(parts), cross_stream_max_ns=cross_stream_max_ns)
     return Prepared(tables, scenarios)
 

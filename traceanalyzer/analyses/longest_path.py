@@ -193,6 +193,14 @@ def _ints(a: npt.NDArray[Any]) -> I64:
     return np.ascontiguousarray(a, np.int64)
 
 
+def preload(edge_count: int) -> None:
+    """Load the compiled functions on a thread of their own now, where a graph of about
+    `edge_count` edges will run compiled: numba's import is Python (about 0.2 s), and the
+    graph's tables, built meanwhile, are polars, which leaves the interpreter free."""
+    if compiled(edge_count) and not _compiled:
+        threading.Thread(target=_kernels, name="numba-load", daemon=True).start()
+
+
 def compiled(edge_count: int, force: bool | None = None) -> bool:
     """Whether a graph of `edge_count` edges runs compiled (`force`: the tests' choice)."""
     return edge_count > COMPILED_FROM if force is None else force

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pytest
 
 from tests.builders import cpu_op, gpu_op, kernel, launch, step, write_trace
-from traceanalyzer.analyses import analyze
+from tests.conftest import corpus
+from traceanalyzer.analyses import analyze, idle, windows
 from traceanalyzer.readers import read
 
 
@@ -237,3 +241,57 @@ def test_sync_site_without_stacks_is_the_enclosing_user_range(tmp_path: Path) ->
     rep = api.report(write_example(events, tmp_path, "ddp_sync")).to_json_dict()
     sites = {s["site"] for s in rep["idle"]["sync_sites"]}
     assert sites == {"DistributedDataParallel.forward"}
+
+
+#: A real trace with Python stacks and host syncs (TraceLens' OWLv2 inference on an H100).
+_STACKS_TRACE = (
+    Path("public")
+    / "tracelens"
+    / "h100_owlv2_inference"
+    / "google_owlv2-large-patch14-ensemble__1016001.json.gz"
+)
+
+
+def test_sync_sites_on_a_real_trace_with_stacks_match_a_plain_loop() -> None:
+    """Each host sync call's site is the innermost user frame on its thread that encloses
+    it (latest start, then earliest end, then the greater name), as a loop over every frame
+    of the trace finds it."""
+    root = corpus()
+    if root is None or not (root / _STACKS_TRACE).is_file():
+        pytest.skip("needs the shared corpus (TRACEANALYZER_CORPUS)")
+    timeline = read(root / _STACKS_TRACE)
+    syncs = idle.sync_calls(timeline).collect()
+    markers = windows.step_markers(timeline, windows.default_step_pattern("chrome"))
+    no_gaps = pl.LazyFrame(
+        schema={"rank": pl.Int32, "sync_start_ns": pl.Int64, "sync_ns": pl.Int64}
+    )
+    got = idle.sync_sites(timeline, syncs.lazy(), markers, no_gaps).collect()
+    calls = syncs.filter(pl.col("pid").is_not_null()).sort("rank", "start_ns")
+    assert got.height == calls.height > 100
+
+    frames = timeline.events.filter(pl.col("kind") == "python")
+    thread = [frames[c].to_numpy() for c in ("rank", "pid", "tid")]
+    f_start, f_end = frames["start_ns"].to_numpy(), frames["end_ns"].to_numpy()
+    names = frames["name"].cast(pl.String).to_list()
+    user = np.array(
+        [
+            re.search(idle._USER_FRAME, n) is not None and re.search(idle._LIBRARY_FRAME, n) is None
+            for n in names
+        ]
+    )
+    expected: Counter[tuple[Any, ...]] = Counter()
+    for call in calls.iter_rows(named=True):
+        around = np.flatnonzero(
+            user
+            & (thread[0] == call["rank"])
+            & (thread[1] == call["pid"])
+            & (thread[2] == call["tid"])
+            & (f_start <= call["start_ns"])
+            & (f_end >= call["end_ns"])
+        )
+        if around.size:  # without a frame the tool names the enclosing user range, if any
+            innermost = max(around, key=lambda i: (f_start[i], -f_end[i], names[i]))
+            expected[(call["rank"], call["start_ns"], call["name"], names[innermost])] += 1
+    assert expected.total() > 100
+    named = Counter(got.select("rank", "start_ns", "name", "site").iter_rows())
+    assert expected <= named

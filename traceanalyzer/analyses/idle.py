@@ -343,15 +343,22 @@ def sync_sites(
     """
     calls = syncs.filter(pl.col("pid").is_not_null()).with_row_index("_call")
     thread = ["rank", "pid", "tid"]
-    # only the threads that made sync calls matter
-    events = (
-        timeline.events.lazy()
-        .with_row_index("_event")  # the order recorded: ties below are decided by it
-        .join(calls.select(thread).unique(), on=thread, how="semi")
-    )
+    # only the threads that made sync calls matter, and of their events only the kinds read
+    # below, each filtered before anything else (with Python stacks most of a thread's
+    # events are frames: a table of every event of the thread was the plan's largest)
+    threads = calls.select(thread).unique()
+    everything = timeline.events.lazy()
+
+    def on_threads(kind: Kind, order: bool = False) -> pl.LazyFrame:
+        of_kind = everything.filter(pl.col("kind") == kind.value)
+        # `_event`: the order recorded (among the events of the kind): ties are decided by it
+        return (of_kind.with_row_index("_event") if order else of_kind).join(
+            threads, on=thread, how="semi"
+        )
+
     # outermost operator: the top-level CPU op (not inside another op on its thread) around it
     ops = (
-        events.filter(pl.col("kind") == Kind.CPU_OP.value)
+        on_threads(Kind.CPU_OP, order=True)
         .select(*thread, "start_ns", "end_ns", "_event", op="name")
         # an operator and the one it calls can start in the same microsecond (aten::to and
         # aten::_to_copy): the enclosing one, which ends later, first (then as recorded)
@@ -375,44 +382,24 @@ def sync_sites(
         .drop("op_start", "op_end")
     )
     frames = (
-        events.filter(pl.col("kind") == Kind.PYTHON.value)
+        on_threads(Kind.PYTHON)
         .select(*thread, f_start="start_ns", f_end="end_ns", site=pl.col("name").cast(pl.String))
         .filter(
             pl.col("site").str.contains(_USER_FRAME) & ~pl.col("site").str.contains(_LIBRARY_FRAME)
         )
     )
-    sites = (
-        calls.select("_call", *thread, "start_ns", "end_ns")
-        .join(frames, on=thread)
-        .filter((pl.col("f_start") <= pl.col("start_ns")) & (pl.col("f_end") >= pl.col("end_ns")))
-        .group_by("_call")
-        # the innermost frame: the latest to start, then the first to end (then by name: a
-        # tie in both is decided the same way whatever order the join left the rows in)
-        .agg(
-            pl.col("site")
-            .sort_by(["f_start", "f_end", "site"], descending=[False, True, False])
-            .last()
-        )
-    )
+    # the innermost frame: the latest to start, then the first to end (then by name: a tie in
+    # both is decided the same way whatever order the join left the rows in)
+    sites = _innermost(calls, frames, "f_start", "f_end", "site")
     # without Python stacks: the innermost user range around the call (a module's
     # record_function such as `DistributedDataParallel.forward`, `nn.Module: Linear_0`)
     ranges = (
-        events.filter(pl.col("kind") == Kind.ANNOTATION.value)
+        on_threads(Kind.ANNOTATION)
         .select(*thread, a_start="start_ns", a_end="end_ns", annot=pl.col("name").cast(pl.String))
         .join(markers.select(annot="name").unique(), on="annot", how="anti")
-    )
-    annotated = (
-        calls.select("_call", *thread, "start_ns", "end_ns")
-        .join(ranges, on=thread)
-        .filter((pl.col("a_start") <= pl.col("start_ns")) & (pl.col("a_end") >= pl.col("end_ns")))
         .filter(~pl.col("annot").str.contains(_STEP_RANGE))
-        .group_by("_call")
-        .agg(  # the innermost range, as for sites
-            pl.col("annot")
-            .sort_by(["a_start", "a_end", "annot"], descending=[False, True, False])
-            .last()
-        )
     )
+    annotated = _innermost(calls, ranges, "a_start", "a_end", "annot")
     idle = (
         gaps.filter(pl.col("sync_start_ns").is_not_null())
         .group_by("rank", "sync_start_ns")
@@ -487,6 +474,35 @@ def gap_histogram(gaps: pl.DataFrame) -> pl.DataFrame:
         .with_columns(pl.all().exclude("lo_ns", "hi_ns").fill_null(0))
         .sort("lo_ns")
         .collect()
+    )
+
+
+def _innermost(
+    calls: pl.LazyFrame, spans: pl.LazyFrame, start: str, end: str, name: str
+) -> pl.LazyFrame:
+    """_call, `name`: of the `spans` (rank, pid, tid, `start`, `end`, `name`) on a call's
+    thread that enclose it, the innermost: the latest to start, then the first to end, then
+    by name. The enclosing pairs come from an inequality join on the times, which yields
+    only those pairs (a join on the thread first would pair each call with every span of
+    its thread: 43 million rows for 1000 calls on a trace with Python stacks)."""
+    thread = ["rank", "pid", "tid"]
+    # collected apart: polars would otherwise push the thread's equality below into the
+    # join, which makes it the join on the thread again
+    pairs = (
+        calls.select("_call", *thread, "start_ns", "end_ns")
+        .join_where(
+            spans.rename({c: f"_{c}" for c in thread}),
+            pl.col(start) <= pl.col("start_ns"),
+            pl.col(end) >= pl.col("end_ns"),
+        )
+        .collect(engine="in-memory")
+    )
+    return (
+        pairs.lazy()
+        # as a join on the thread matches: a null id matches nothing
+        .filter(pl.all_horizontal(pl.col(c) == pl.col(f"_{c}") for c in thread))
+        .group_by("_call")
+        .agg(pl.col(name).sort_by([start, end, name], descending=[False, True, False]).last())
     )
 
 

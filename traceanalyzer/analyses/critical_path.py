@@ -396,7 +396,7 @@ def _compose(tables: GraphTables, path: pl.DataFrame) -> pl.DataFrame:
             path.select("rank", "step", "owner", kind="work_kind", ns="work_ns"),
             path.select("rank", "step", "owner", kind="slack_kind", ns="slack_ns"),
         ]
-    ).with_columns(pl.col("kind").cast(pl.String))
+    )  # the kinds stay an Enum: compared as codes, not as text (2 * 10^6 path edges)
     by_edge_kind = charged.group_by("rank", "step").agg(
         *[pl.col("ns").filter(pl.col("kind") == k).sum().alias(f"{k}_ns") for k in EDGE_KINDS],
         crosses_ranks=((pl.col("owner") != pl.col("rank")) & (pl.col("ns") > 0)).any(),

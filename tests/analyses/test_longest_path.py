@@ -5,6 +5,7 @@ traces (every weighting)."""
 from __future__ import annotations
 
 import random
+import threading
 from pathlib import Path
 
 import networkx as nx
@@ -203,3 +204,27 @@ def test_real_trace_graphs_match_the_reference(path: Path, compiled: bool) -> No
             tables.jobs["job"].to_list(),
             compiled,
         )
+
+
+def test_preload_loads_on_a_thread_and_leaves_a_failure_to_the_solve(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A small graph loads nothing; a large one loads the compiled loops on a thread. A
+    failure there prints nothing (a thread's exception would print a traceback) and the
+    solve's own call raises it."""
+
+    def broken() -> dict[str, object]:
+        raise ValueError("no compiler")
+
+    monkeypatch.setattr(longest_path, "_compiled", {})
+    monkeypatch.setattr(longest_path, "_compile", broken)
+    before = set(threading.enumerate())
+    longest_path.preload(longest_path.COMPILED_FROM)  # runs in Python: nothing to load
+    assert set(threading.enumerate()) == before
+    longest_path.preload(longest_path.COMPILED_FROM + 1)
+    for thread in set(threading.enumerate()) - before:
+        assert thread.name == "numba-load"
+        thread.join(timeout=30)
+    assert capfd.readouterr().err == ""
+    with pytest.raises(ValueError, match="no compiler"):
+        longest_path._kernels()

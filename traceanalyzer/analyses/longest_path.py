@@ -198,7 +198,16 @@ def preload(edge_count: int) -> None:
     `edge_count` edges will run compiled: numba's import is Python (about 0.2 s), and the
     graph's tables, built meanwhile, are polars, which leaves the interpreter free."""
     if compiled(edge_count) and not _compiled:
-        threading.Thread(target=_kernels, name="numba-load", daemon=True).start()
+        threading.Thread(target=_load_quietly, name="numba-load", daemon=True).start()
+
+
+def _load_quietly() -> None:
+    """`_kernels()`, its failure left to the solve's own call (which reports it where
+    errors are handled): a thread's exception would print a traceback."""
+    try:
+        _kernels()
+    except Exception:  # raised again, and handled, by the solve's own call
+        return
 
 
 def compiled(edge_count: int, force: bool | None = None) -> bool:

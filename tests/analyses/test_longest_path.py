@@ -216,6 +216,8 @@ def test_preload_loads_on_a_thread_and_leaves_a_failure_to_the_solve(
     def broken() -> dict[str, object]:
         raise ValueError("no compiler")
 
+    raised: list[object] = []
+    monkeypatch.setattr(threading, "excepthook", raised.append)  # where a thread's error goes
     monkeypatch.setattr(longest_path, "_compiled", {})
     monkeypatch.setattr(longest_path, "_compile", broken)
     before = set(threading.enumerate())
@@ -225,6 +227,6 @@ def test_preload_loads_on_a_thread_and_leaves_a_failure_to_the_solve(
     for thread in set(threading.enumerate()) - before:
         assert thread.name == "numba-load"
         thread.join(timeout=30)
-    assert capfd.readouterr().err == ""
+    assert raised == [] and capfd.readouterr().err == ""
     with pytest.raises(ValueError, match="no compiler"):
         longest_path._kernels()

@@ -79,24 +79,17 @@ def list_product(lists: pl.Expr, longest: int) -> pl.Expr:
     return pl.when(lists.is_not_null()).then(product)
 
 
-def launch_ops(timeline: Timeline, linking: pl.LazyFrame | None = None) -> pl.LazyFrame:
-    """rank, correlation, op_link (the launching operator's external id), launch_ns.
-
-    `linking` (rank, external_id): only the launches of correlations where a launch call
-    carries one of these external ids (the same rows as all, filtered; grouping every launch
-    of 10^6 kernels to keep a few took 0.4 s)."""
-    launches = timeline.events.lazy().filter(
-        pl.col("kind").is_in([Kind.RUNTIME.value, Kind.DRIVER.value])
-        & pl.col("correlation").is_not_null()
-        & pl.col("external_id").is_not_null()
-    )
-    if linking is not None:
-        wanted = launches.join(linking, on=["rank", "external_id"], how="semi")
-        launches = launches.join(
-            wanted.select("rank", "correlation").unique(), on=["rank", "correlation"], how="semi"
+def launch_ops(timeline: Timeline) -> pl.LazyFrame:
+    """rank, correlation, op_link (the launching operator's external id), launch_ns."""
+    return (
+        timeline.events.lazy()
+        .filter(
+            pl.col("kind").is_in([Kind.RUNTIME.value, Kind.DRIVER.value])
+            & pl.col("correlation").is_not_null()
+            & pl.col("external_id").is_not_null()
         )
-    return launches.group_by("rank", "correlation").agg(
-        op_link=pl.col("external_id").first(), launch_ns=pl.col("start_ns").min()
+        .group_by("rank", "correlation")
+        .agg(op_link=pl.col("external_id").first(), launch_ns=pl.col("start_ns").min())
     )
 
 
@@ -129,7 +122,7 @@ def collective_launches(timeline: Timeline) -> pl.LazyFrame:
         op_collective="collective",
     )
     return (
-        launch_ops(timeline, collective_ops.select("rank", "external_id"))
+        launch_ops(timeline)
         .join(collective_ops, left_on=["rank", "op_link"], right_on=["rank", "external_id"])
         .filter(pl.col("launch_ns").is_between(pl.col("op_start"), pl.col("op_end")))
         .group_by("rank", "correlation")

@@ -143,6 +143,51 @@ CASES: dict[str, Truth] = {
         more_warmup=2,
         advice_never=("torch.compile (", "reduce-overhead", "CUDA graphs for", "adds CUDA graphs"),
     ),
+    # (2026-11-24) 64 MiB of float32 features from pageable host memory, `.cuda()` every step
+    # (one `Memcpy HtoD (Pageable -> Device)` per step, 11.9 ms at 5.7 GB/s in the trace; the
+    # same bytes pinned take 1.25 ms). The model is the host-bound bf16 GPT: besides the copy
+    # the GPU idles ~22 ms of each ~49 ms step waiting for the host, so TA001 leads and TA009
+    # is a warning (~10 ms per step). The copy's own cudaStreamSynchronize (non_blocking=False)
+    # may be reported (TA002): it is real
+    "pageable_copies.json.gz": Truth(
+        top="TA001",
+        must={"TA001": "critical", "TA009": "warning"},
+        never=("TA004", "TA005", "TA006", "TA011"),
+    ),
+    # (2026-11-24) eager bf16 stack of unfused pointwise/softmax/layer-norm/dropout ops on 128 MiB
+    # activations, two small bottleneck matmuls per block: 92 % of kernel time pointwise/
+    # reduction, 8 % GEMM; GPU-bound (busy 98 %, 38.4 ms per step, host 19-27 ms); no casts.
+    # torch.compile of the same model: 14.4 ms per step (fusion saves 62 %)
+    "memory_bound.json.gz": Truth(
+        top="TA004",
+        must={"TA004": "critical"},
+        never=("TA001", "TA002", "TA003", "TA005", "TA006", "TA009", "TA010", "TA011"),
+        context={"torch_compile": False, "cuda_graphs": False, "amp_dtype": "bfloat16"},
+    ),
+    # (2026-11-24) GPU-bound bf16 GPT (width 2048, batch 32 x 512: 75 ms per step on the GPU,
+    # busy 97 %) with one `.item()` after the 3rd of 6 blocks: 1 sync per step, site
+    # host_sync_gpu_bound.py(33): trunk. GPU idle around each sync 0.78-0.96 ms (the host waited
+    # ~40 ms while the GPU was busy: not a cost): ~1.1 % of a step, so TA002 is info. Copy/cast
+    # kernels (autocast casts, attention transposes, the QKV cat in backward) take 11.8 ms of
+    # each GPU-bound step (15 %): TA010 is the largest finding. GEMMs are 55 % of kernel time
+    "host_sync_gpu_bound.json.gz": Truth(
+        top="TA010",
+        must={"TA002": "info", "TA010": "warning"},
+        never=("TA001", "TA003", "TA004", "TA005", "TA006", "TA009"),
+        context={"profiler_overhead": {"stacks": True, "memory": False, "shapes": True}},
+    ),
+    # (2026-11-24) training a 12-layer width-64 GPT, batch 2 x 64, AdamW(foreach=False): 1892
+    # kernels per step averaging 1.7 µs, GPU busy 3.6 % of ~85 ms steps; every gap is per-op
+    # host overhead (10-200 µs, 42 % of the idle in gaps <= 50 µs); no sync, no copy. Kernels
+    # shorter than a launch: every wait inside the steps is launch overhead (TA003), however
+    # far the profiler's ~45 µs per op pushes it past the 50 µs launch-gap limit
+    "launch_bound_train.json.gz": Truth(
+        top="TA003",
+        must={"TA003": "critical"},
+        never=("TA001", "TA002", "TA004", "TA005", "TA009", "TA010", "TA011"),
+        context={"torch_compile": False, "cuda_graphs": False, "amp_dtype": "bfloat16"},
+        advice_never=("DataLoader",),
+    ),
 }
 
 #: Nsight reports kept beside their SQLite export (same capture, exported by the same nsys):
@@ -233,6 +278,32 @@ def test_host_sync_sites_are_the_scripts_lines(scratch: str) -> None:
     assert sync["evidence"]["per_step"] == 2.0
 
 
+def test_pageable_copies_are_the_scripts_bytes(scratch: str) -> None:
+    """pageable_copies.py moves one 16 x 512 x 2048 float32 tensor (64 MiB) from pageable
+    memory per step: 4 copies in the 4 active steps, 11.86 ms per step in the trace; pinned,
+    the same bytes took 1.25 ms on that machine. Pinning saves at least the copy time less
+    the bytes at 25 GB/s, and never more than the copy takes."""
+    doc = _report("pageable_copies.json.gz", scratch)
+    f = next(f for f in doc["diagnoses"] if f["rule"] == "TA009")
+    ev = f["evidence"]
+    assert ev["count"] == 4
+    assert ev["bytes"] == 4 * 64 * 2**20
+    assert ev["copies_per_step"] == 1.0
+    assert 9.0e6 <= f["impact_ns"] <= 11.86e6, f
+
+
+def test_gpu_bound_sync_priced_by_the_idle_it_causes(scratch: str) -> None:
+    """host_sync_gpu_bound.py's one `.item()` per step, in `trunk` (line 33): in the GPU-bound
+    run the host waits ~40 ms per sync while the GPU works (no cost), then the GPU idles
+    0.78-0.96 ms (mean 0.84 ms) around the sync's return until the host queues the next
+    kernel: the idle the sync causes, ~1.1 % of the 75 ms step."""
+    doc = _report("host_sync_gpu_bound.json.gz", scratch)
+    sync = next(f for f in doc["diagnoses"] if f["rule"] == "TA002")
+    assert {s["site"] for s in sync["evidence"]["sites"]} == {"host_sync_gpu_bound.py(33): trunk"}
+    assert sync["evidence"]["per_step"] == 1.0
+    assert 0.7e6 <= sync["impact_ns"] <= 1.1e6, sync
+
+
 @pytest.mark.parametrize("name", ["fp32_no_tc.json.gz", "odd_shapes.json.gz", "tf32.json.gz"])
 def test_gpu_bound_critical_path_is_gpu_work_not_idle(name: str, scratch: str) -> None:
     """GPU-bound runs whose host ran ~150 ms ahead: the GPU time spent on work queued before
@@ -257,6 +328,10 @@ BOUND = {
     "nsys_fp32_cold.sqlite.gz": "gpu_compute",
     "compiled_reduce_overhead.json.gz": "gpu_compute",
     "nsys_graphs_mixed.sqlite.gz": "gpu_compute",
+    "pageable_copies.json.gz": "host",
+    "memory_bound.json.gz": "memory",
+    "host_sync_gpu_bound.json.gz": "gpu_compute",
+    "launch_bound_train.json.gz": "launch",
 }
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from traceanalyzer.rules import advice as advise
-from traceanalyzer.rules.base import Context, Finding, Rule, Scope, Severity
+from traceanalyzer.rules.base import Context, Finding, Rule, Scope, Severity, launch_bound
 from traceanalyzer.rules.examples import Event, launched, step
 
 
@@ -19,7 +19,9 @@ class GpuStarvation(Rule):
     each gap was launched only after the gap began, and the gap was longer than launch
     overhead. Waits that end at a step's first GPU operation are counted apart: they point at
     what happens between steps (the input pipeline, logging, checkpointing); the rest happen
-    inside steps (CPU-side work between launches).
+    inside steps (CPU-side work between launches). On a device whose kernels average under
+    10 µs and whose waits inside steps average at most 100 µs per kernel, those waits are
+    the launches' own cost and TA003 reports them; only the waits between steps count here.
 
     ## Why it matters
     A starved GPU does nothing, however fast its kernels are. Every millisecond the host is
@@ -69,11 +71,12 @@ class GpuStarvation(Rule):
     def check(self, ctx: Context, t: Thresholds) -> Iterable[Finding]:
         for d in ctx.devices():
             window = d["window_ns"]
-            wait = d["host_wait_ns"]
-            share = d["host_wait_share"]
+            between = d["host_wait_between_steps_ns"]
+            # kernels shorter than a launch: the waits inside steps are TA003's launches
+            wait = between if launch_bound(d) else d["host_wait_ns"]
+            share = wait / window if window else None
             if share is None or share < t.min_host_wait_share:
                 continue
-            between = d["host_wait_between_steps_ns"]
             inside = wait - between
             stepped = ctx.metrics.basis == "steps"
             where = []

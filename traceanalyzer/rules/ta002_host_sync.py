@@ -124,11 +124,18 @@ class HostSync(Rule):
 def _sync_idle(ctx: Context, rank: int) -> int:
     """GPU idle the syncs cause on `rank`: in every gap during which a sync was in progress,
     the idle while it waited plus the refill after it returned (the host queued nothing while
-    it waited, so the GPU also waits for the next launch), up to the launch-gap limit: a
-    longer wait after the sync is the host's own (TA001), not the sync's. CPU time blocked in
-    the call while the GPU is busy is not counted: removing the sync does not give it back."""
+    it waited, so the GPU also waits for the next launch). CPU time blocked in the call while
+    the GPU is busy is not counted: removing the sync does not give it back.
+
+    The refill is the sync's up to how far the host was ahead: a host that waited A ns in the
+    call while the GPU still worked would, without the sync, have queued work A ns ahead of
+    the GPU, which covers a refill up to A (a GPU-bound run: the whole refill); a host that
+    was not ahead (a sync that waited a few µs) is the host's own after the launch-gap limit
+    (TA001). The sync's start is known where the call was named (a host thread)."""
     gaps = ctx.metrics.gaps.filter((pl.col("rank") == rank) & (pl.col("sync_ns") > 0))
-    refill = pl.min_horizontal(pl.col("gap_ns") - pl.col("sync_ns"), ctx.metrics.launch_gap_max_ns)
+    ahead = (pl.col("start_ns") - pl.col("sync_start_ns")).fill_null(0)
+    cap = pl.max_horizontal(ahead, pl.lit(ctx.metrics.launch_gap_max_ns))
+    refill = pl.min_horizontal(pl.col("gap_ns") - pl.col("sync_ns"), cap)
     return int(gaps.select((pl.col("sync_ns") + refill).sum()).item() or 0)
 
 

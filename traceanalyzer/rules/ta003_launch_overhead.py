@@ -7,7 +7,15 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from traceanalyzer.rules import advice as advise
-from traceanalyzer.rules.base import Context, Finding, Rule, Scope, Severity
+from traceanalyzer.rules.base import (
+    Context,
+    Finding,
+    Rule,
+    Scope,
+    Severity,
+    host_wait_inside_steps,
+    launch_bound,
+)
 from traceanalyzer.rules.examples import Event, launched, step
 
 _ADD = "void at::native::vectorized_elementwise_kernel<4, at::native::add_kernel>"
@@ -22,6 +30,11 @@ class LaunchOverhead(Rule):
     began. The CPU issues work one launch at a time and the GPU finishes each kernel before
     the next arrives. The finding reports the mean kernel duration and the share of kernels
     shorter than 10 µs (nsys-ai flags an average under 10 µs over at least 100 launches).
+    Where the device's kernels average under 10 µs (over at least 100), a launch costs the
+    host more than its kernel takes, so the waits for the host inside steps are the cost of
+    issuing the next operator, whatever the length of each (an eager operator with the
+    profiler on takes 50-200 µs of host time): where they average at most 100 µs per kernel,
+    they count here too, not as starvation (TA001).
 
     ## Why it matters
     A launch costs about 5–10 µs of host time, and an eager PyTorch operator 10–50 µs. Below
@@ -80,21 +93,32 @@ class LaunchOverhead(Rule):
     def check(self, ctx: Context, t: Thresholds) -> Iterable[Finding]:
         for d in ctx.devices():
             window = d["window_ns"]
-            launch = d["launch_overhead_ns"]
-            share = d["launch_overhead_share"]
             count = d["kernel_count"]
+            # kernels shorter than a launch: the longer waits between them are launches too
+            inside = host_wait_inside_steps(d) if launch_bound(d) else 0
+            launch = d["launch_overhead_ns"] + inside
+            share = launch / window if window else None
             if share is None or count < t.min_kernels or share < t.min_launch_idle_share:
                 continue
             mean_kernel = d["kernel_ns"] // count
+            where = f"in {d['gap_count']} short launch gaps"
+            if inside:
+                where = (
+                    f"waiting for launches ({d['launch_overhead_ns'] / window:.0%} in short "
+                    f"launch gaps, {inside / window:.0%} in longer waits for the host between "
+                    "its kernels)"
+                )
             yield self.finding(
                 ctx,
                 f"rank {d['rank']} GPU {d['device']}: idle {share:.0%} of a "
-                f"{window / 1e6:.1f} ms window in {d['gap_count']} short launch gaps; "
+                f"{window / 1e6:.1f} ms window {where}; "
                 f"{count} kernels averaging {mean_kernel / 1e3:.1f} µs",
                 {
                     "window_ns": window,
                     "launch_overhead_ns": launch,
                     "launch_overhead_share": share,
+                    "short_gap_ns": d["launch_overhead_ns"],
+                    "host_wait_inside_steps_ns": inside,
                     "kernel_count": count,
                     "mean_kernel_ns": mean_kernel,
                     "small_kernel_count_share": ctx.metrics.small_kernel_count_share,

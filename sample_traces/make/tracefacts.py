@@ -184,8 +184,71 @@ def sync_gaps(path: str) -> list[dict[str, float]]:
     return out
 
 
+def step_detail(path: str) -> list[dict[str, Any]]:
+    """Per `ProfilerStep`: the GPU activities launched inside it (by the launch's correlation
+    id), and where the GPU idled around them: `idle_before_first_ms`, the idle gap that the
+    step's first GPU activity ends (the GPU waiting for the step to begin: the input pipeline,
+    whatever runs between the previous step's last launch and this step's first), and
+    `idle_inside_ms`, the idle between the step's first and last GPU activity (the GPU waiting
+    inside the step). Also counts per step: kernels, `triton_*` kernels, memcpys, `cudaMalloc`
+    and blocking sync calls made in it."""
+    ev = [e for e in _load(path) if e.get("ph") == "X"]
+    steps = sorted(
+        (
+            e
+            for e in ev
+            if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")
+        ),
+        key=lambda e: e["ts"],
+    )
+    gpu = [e for e in ev if e.get("cat") in GPU_CATS]
+    merged = _merge([(e["ts"], e["ts"] + e["dur"]) for e in gpu])
+    runtime = [e for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")]
+    launch_ts = {
+        e["args"]["correlation"]: e["ts"] for e in runtime if "correlation" in e.get("args", {})
+    }
+    out = []
+    for s in steps:
+        lo, hi = s["ts"], s["ts"] + s["dur"]
+        mine = [
+            e for e in gpu if lo <= launch_ts.get(e.get("args", {}).get("correlation"), -1.0) < hi
+        ]
+        calls = [e for e in runtime if lo <= e["ts"] < hi]
+        row: dict[str, Any] = {
+            "name": s["name"],
+            "host_ms": round(s["dur"] / 1e3, 3),
+            "kernels": sum(1 for e in mine if e["cat"] == "kernel"),
+            "triton_kernels": sum(
+                1 for e in mine if e["cat"] == "kernel" and e["name"].startswith("triton_")
+            ),
+            "memcpys": sum(1 for e in mine if e["cat"] == "gpu_memcpy"),
+            "cuda_malloc": sum(1 for e in calls if e["name"] == "cudaMalloc"),
+            "syncs": sum(1 for e in calls if e["name"] in SYNC_CALLS),
+        }
+        if mine:
+            first = min(e["ts"] for e in mine)
+            last = max(e["ts"] + e["dur"] for e in mine)
+            prev = [iv[1] for iv in merged if iv[1] <= first]
+            row["idle_before_first_ms"] = round((first - max(prev)) / 1e3, 3) if prev else None
+            row["gpu_span_ms"] = round((last - first) / 1e3, 3)
+            row["idle_inside_ms"] = round((last - first - _busy(merged, first, last)) / 1e3, 3)
+        out.append(row)
+    return out
+
+
+def annotation_ms(path: str, prefix: str) -> list[float]:
+    """Durations (ms) of the `user_annotation` ranges whose name starts with `prefix`, in order."""
+    ev = [e for e in _load(path) if e.get("ph") == "X" and e.get("cat") == "user_annotation"]
+    return [
+        round(e["dur"] / 1e3, 3)
+        for e in sorted(ev, key=lambda e: e["ts"])
+        if e["name"].startswith(prefix)
+    ]
+
+
 if __name__ == "__main__":
     for p in sys.argv[1:]:
         print(p)
         print(json.dumps(trace_facts(p), indent=1))
         print(json.dumps(sync_gaps(p)))
+        print(json.dumps(step_detail(p), indent=1))

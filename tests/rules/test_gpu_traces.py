@@ -24,7 +24,9 @@ _RANK = {"info": 0, "warning": 1, "critical": 2}
 class Truth:
     """`top`: the first diagnosis' rule (None: no diagnosis at all); `must`: rule -> least
     severity; `never`: rules that must not fire; `context`: run-context values; `excluded`:
-    step names left out as warm-up; `advice_never`: text no advice may contain."""
+    step names left out as warm-up; `advice_never`: text no advice may contain; `at_most`:
+    the worst severity any diagnosis but TA012 may have (with `top=None`, any first
+    diagnosis within it, or none, is right)."""
 
     top: str | None
     must: dict[str, str] = field(default_factory=dict)
@@ -33,6 +35,7 @@ class Truth:
     excluded: tuple[str, ...] = ()
     advice_never: tuple[str, ...] = ()
     more_warmup: int = 0  # steps after `excluded` that may be left out too
+    at_most: str | None = None
 
 
 CASES: dict[str, Truth] = {
@@ -188,6 +191,83 @@ CASES: dict[str, Truth] = {
         context={"torch_compile": False, "cuda_graphs": False, "amp_dtype": "bfloat16"},
         advice_never=("DataLoader",),
     ),
+    # (2026-11-24) the bf16 GPT fed by DataLoader(num_workers=0, pin_memory=True) over a
+    # map-style dataset whose __getitem__ does numpy work (1.8 ms per sample as measured):
+    # 30-33 ms of loading in the main process at the start of every step, before its first GPU
+    # operation (the pinned H2D copy of the batch). The GPU waits BETWEEN steps for the input
+    # pipeline, more than for the eager model's own host overhead inside the steps (7-10 ms)
+    "dataloader_workers0.json.gz": Truth(
+        top="TA001",
+        must={"TA001": "critical"},
+        never=("TA002", "TA005", "TA006", "TA009", "TA011"),
+        context={
+            "dataloader_workers": 0,
+            "torch_compile": False,
+            "cuda_graphs": False,
+            "amp_dtype": "bfloat16",
+            "profiler_overhead": {"stacks": True, "memory": False, "shapes": True},
+        },
+    ),
+    # (2026-11-24) GPU-bound fp16 GPT (width 2048, batch 32 x 512, the host_sync_gpu_bound
+    # model) under torch.amp.GradScaler with AdamW(foreach=True): GradScaler._maybe_opt_step
+    # reads found_inf with .item(), one sync per step, called from this script's `step`. The
+    # GPU works while the host waits; only the refill after the sync is idle (a small share of
+    # the step: info at least). fp16 GEMMs run on Tensor Cores. As in host_sync_gpu_bound, the
+    # copy/cast kernels (autocast's fp16 casts, attention transposes) are the largest cost
+    "grad_scaler_fp16.json.gz": Truth(
+        top="TA010",
+        must={"TA002": "info", "TA010": "warning"},
+        never=("TA001", "TA003", "TA005", "TA006", "TA009", "TA011"),
+        context={
+            "grad_scaler": True,
+            "amp_dtype": "float16",
+            "fused_optimizer": False,
+            "torch_compile": False,
+            "profiler_overhead": {"stacks": True, "memory": False, "shapes": True},
+        },
+        advice_never=("bf16",),  # an fp16 run: no advice about bf16 weights
+    ),
+    # (2026-11-24) negative control: bf16 GPT, batch 32 x 1024 tokens, fused AdamW, batches on
+    # the GPU, no sync, no copy, dims multiples of 64: the GPU works back to back. Written as
+    # "nothing above info"; the trace holds 17 % of kernel time in the eager model's own
+    # layout copies and casts (plain loop: stack in UnbindBackward0, reshape copies, the
+    # logits' .float(), autocast's casts), which TA010 reports as in host_sync_gpu_bound: that
+    # one finding may lead; nothing else may fire
+    "healthy_gpu_bound.json.gz": Truth(
+        top="TA010",
+        never=("TA001", "TA002", "TA003", "TA004", "TA005", "TA006", "TA009", "TA011"),
+        context={
+            "torch_compile": False,
+            "cuda_graphs": False,
+            "amp_dtype": "bfloat16",
+            "fused_optimizer": True,
+        },
+    ),
+    # (2026-11-24) torch.compile(model) profiled from the process's first iteration:
+    # ProfilerStep#0 holds the compilation (seconds, nearly no GPU work) and the cold start,
+    # with its syncs and copies; ProfilerStep#1-5 are steady compiled steps, host-bound as
+    # compiled.json.gz, with no sync and no copy
+    "compile_cold.json.gz": Truth(
+        top="TA001",
+        never=("TA002", "TA005", "TA006", "TA009", "TA011"),
+        context={"torch_compile": True, "cuda_graphs": False, "amp_dtype": "bfloat16"},
+        excluded=("ProfilerStep#0",),
+        advice_never=("torch.compile (", "with torch.compile", "compile the whole model"),
+    ),
+    # (2026-11-24) the bf16 GPT with ~15 ms of CPU tensor work (torch.sort on a CPU tensor)
+    # between forward and backward of every step, no sync, no copy, no input pipeline: the
+    # GPU waits INSIDE the steps (CPU-side work), never for a DataLoader. No warm-up in the
+    # window, but in its first step (the profiler starting active tracing) the 16-thread CPU
+    # sorts ran 4x slower (host work 70.9 ms, not 16.0 ms), as in the two steps where the
+    # profiler started and began its warm-up: that step may be left out as an outlier
+    "cpu_preprocess_inside.json.gz": Truth(
+        top="TA001",
+        must={"TA001": "critical"},
+        never=("TA002", "TA005", "TA006", "TA009", "TA011"),
+        context={"torch_compile": False, "cuda_graphs": False, "dataloader_workers": None},
+        advice_never=("DataLoader",),
+        more_warmup=1,
+    ),
 }
 
 #: Nsight reports kept beside their SQLite export (same capture, exported by the same nsys):
@@ -228,9 +308,11 @@ def test_verdict_matches_what_the_script_did(name: str, scratch: str) -> None:
     doc = _report(name, scratch)
     found = doc["diagnoses"]
     timed = [f for f in found if f["rule"] != "TA012"]
-    assert (timed[0]["rule"] if timed else None) == truth.top, [
-        (f["rule"], f["severity"], f["impact_ns"]) for f in found
-    ]
+    listed = [(f["rule"], f["severity"], f["impact_ns"]) for f in found]
+    if truth.at_most is not None:
+        assert all(_RANK[f["severity"]] <= _RANK[truth.at_most] for f in timed), listed
+    if truth.top is not None or truth.at_most is None:
+        assert (timed[0]["rule"] if timed else None) == truth.top, listed
     worst: dict[str, int] = {}
     for f in found:
         worst[f["rule"]] = max(worst.get(f["rule"], 0), _RANK[f["severity"]])
@@ -304,6 +386,50 @@ def test_gpu_bound_sync_priced_by_the_idle_it_causes(scratch: str) -> None:
     assert 0.7e6 <= sync["impact_ns"] <= 1.1e6, sync
 
 
+def test_loader_in_main_process_waits_between_steps(scratch: str) -> None:
+    """dataloader_workers0.py loads each batch in the main process (num_workers=0) at the
+    start of the step, before its first GPU operation: the GPU waits between steps more than
+    inside them, and the advice names the main-process loading."""
+    doc = _report("dataloader_workers0.json.gz", scratch)
+    f = next(f for f in doc["diagnoses"] if f["rule"] == "TA001")
+    ev = f["evidence"]
+    assert ev["host_wait_between_steps_ns"] > ev["host_wait_inside_steps_ns"], ev
+    # by a plain loop over the trace, the GPU idled 28.1-33.4 ms before each active step's
+    # first GPU operation (the loader's `next()` took 30.3-33.4 ms)
+    assert 25e6 <= ev["host_wait_between_steps_ns"] / 4 <= 33.5e6, ev
+    assert "num_workers=0" in (f["advice"] or ""), f["advice"]
+
+
+def test_cpu_work_inside_steps_is_host_overhead(scratch: str) -> None:
+    """cpu_preprocess_inside.py's ~15 ms of CPU tensor work sits between forward and backward:
+    the GPU waits inside the steps, not between them, and the advice is the host-overhead one
+    (no DataLoader: the batches are on the GPU already)."""
+    doc = _report("cpu_preprocess_inside.json.gz", scratch)
+    f = next(f for f in doc["diagnoses"] if f["rule"] == "TA001")
+    ev = f["evidence"]
+    assert ev["host_wait_inside_steps_ns"] > ev["host_wait_between_steps_ns"], ev
+    assert "host tensor work" in (f["advice"] or ""), f["advice"]
+    # the host work took 16.0-16.1 ms in the steady steps; the GPU idled 20.4-22.3 ms between
+    # each of their first and last GPU operations (a plain loop over the trace)
+    assert 16e6 <= f["impact_ns"] <= 22.3e6, f
+
+
+def test_grad_scaler_sync_is_found_with_its_site(scratch: str) -> None:
+    """grad_scaler_fp16.py: GradScaler.step with a foreach AdamW reads found_inf with
+    `.item()` once per step; the innermost user frame around it is the script's `step`
+    (line 35; torch/amp/grad_scaler.py is library code)."""
+    doc = _report("grad_scaler_fp16.json.gz", scratch)
+    sync = next(f for f in doc["diagnoses"] if f["rule"] == "TA002")
+    assert sync["evidence"]["per_step"] == 1.0, sync["evidence"]
+    assert {s["site"] for s in sync["evidence"]["sites"]} == {"grad_scaler_fp16.py(35): step"}
+    # the host waited 53-62 ms in each sync while the GPU worked; the GPU then idled
+    # 1.60-3.21 ms (mean 2.24 ms) around the sync's return until the optimizer's first kernel:
+    # ~2.6 % of the ~86 ms step
+    assert 1.6e6 <= sync["impact_ns"] <= 3.21e6, sync
+    # the .item() is GradScaler's, not the user's: a fused optimizer is what removes it
+    assert "fused=True" in sync["advice"] and "GradScaler" in sync["advice"], sync["advice"]
+
+
 @pytest.mark.parametrize("name", ["fp32_no_tc.json.gz", "odd_shapes.json.gz", "tf32.json.gz"])
 def test_gpu_bound_critical_path_is_gpu_work_not_idle(name: str, scratch: str) -> None:
     """GPU-bound runs whose host ran ~150 ms ahead: the GPU time spent on work queued before
@@ -332,6 +458,11 @@ BOUND = {
     "memory_bound.json.gz": "memory",
     "host_sync_gpu_bound.json.gz": "gpu_compute",
     "launch_bound_train.json.gz": "launch",
+    "dataloader_workers0.json.gz": "host",
+    "grad_scaler_fp16.json.gz": "gpu_compute",
+    "healthy_gpu_bound.json.gz": "gpu_compute",
+    "compile_cold.json.gz": "host",
+    "cpu_preprocess_inside.json.gz": "host",
 }
 
 

@@ -146,11 +146,22 @@ def _per_step(ctx: Context, rank: int, ns: int) -> int | None:
     return ns // int(n) if n else None  # type: ignore[arg-type]
 
 
+#: GradScaler's step reads `found_inf` on the host (one sync per step) unless the optimizer
+#: unscales and skips on the device itself (fused Adam/AdamW/SGD: `_step_supports_amp_scaling`).
+_SCALER = (
+    "GradScaler syncs once per step to read found_inf unless the optimizer is fused: "
+    "AdamW(fused=True) (Adam and SGD take fused=True too) keeps that check on the GPU. "
+)
+
+
 def _advice(ctx: Context) -> str | None:
+    scaler = _SCALER if ctx.uses("grad_scaler") and ctx.run.get("fused_optimizer") is False else ""
     if ctx.amd:
         return (
-            "Take .item()/.cpu()/print(tensor) out of the step (each is a hipMemcpy or "
+            scaler + "Take .item()/.cpu()/print(tensor) out of the step (each is a hipMemcpy or "
             "hipStreamSynchronize on ROCm): keep metrics on the GPU and read them every N "
             "steps; use non_blocking copies."
         )
+    if scaler:
+        return scaler + "Take any other .item()/.cpu()/print(tensor) out of the step."
     return None

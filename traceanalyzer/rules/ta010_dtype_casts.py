@@ -120,10 +120,17 @@ def _advice(ctx: Context) -> str | None:
             "the weights under autocast with its cast cache on, avoid .float()/.contiguous() "
             "round trips, and fuse the rest with torch.compile."
         )
+    half = "fp16" if ctx.run.get("amp_dtype") == "float16" else "bf16"
     if ctx.uses("cuda_graphs"):
         return (
             "Graph replays re-run every cast they captured (autocast's cast cache is off under "
-            "capture): keep bf16 copies of the weights (cast once after each optimizer step, "
-            "or train in bf16 with an FP32 master copy), and fuse the rest with torch.compile."
+            f"capture): keep {half} copies of the weights (cast once after each optimizer step, "
+            f"or train in {half} with an FP32 master copy), and fuse the rest with torch.compile."
+        )
+    if half == "fp16":
+        return (
+            "Cut casts and copies: keep autocast's cast cache, avoid .float()/.contiguous() "
+            "round trips, fuse layout copies and casts with torch.compile (fp16 weights need "
+            "an FP32 master copy and loss scaling)."
         )
     return None

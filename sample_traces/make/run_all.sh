@@ -10,7 +10,7 @@ OUTDIR=${1:?usage: run_all.sh OUTDIR [TARPREFIX]}
 TAR=${2:-}
 mkdir -p "$OUTDIR"
 export PYTHONUNBUFFERED=1
-SCENARIOS=${SCENARIOS:-"slow_loader cold_start cuda_graphs leak fp32_no_tc tf32 decode_b1 odd_shapes host_sync compiled compiled_reduce_overhead pageable_copies memory_bound host_sync_gpu_bound launch_bound_train dataloader_workers0 grad_scaler_fp16 healthy_gpu_bound cpu_preprocess_inside compile_cold"}
+SCENARIOS=${SCENARIOS:-"slow_loader cold_start cuda_graphs leak fp32_no_tc tf32 decode_b1 odd_shapes host_sync compiled compiled_reduce_overhead pageable_copies memory_bound host_sync_gpu_bound launch_bound_train dataloader_workers0 grad_scaler_fp16 healthy_gpu_bound cpu_preprocess_inside compile_cold memory_flat decode_graphs"}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 python3 -c 'import torch, triton; print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__)'
 failed=""
@@ -20,7 +20,7 @@ for s in $SCENARIOS; do
   echo "=== $s start $(date +%T)"
   t0=$(date +%s)
   lim=150
-  [[ "$s" == compile* || "$s" == memory_bound ]] && lim=240
+  [[ "$s" == compile* || "$s" == memory_bound || "$s" == decode_graphs ]] && lim=240
   if ! timeout "$lim" python3 "$HERE/$s.py" "$OUTDIR/$s.json.gz"; then
     failed="$failed $s"
     echo "=== $s FAILED"

@@ -3,7 +3,8 @@
 # usage: sample_traces/make/run_nsys.sh OUTDIR
 # nsys needs libdw.so.1: unpack libdw1 and libelf1 debs and put them on LD_LIBRARY_PATH
 # (see ../shared/gpu-traces-howto.md); NSYS overrides the nsys binary; ONLY="name ..."
-# records just those captures. nsys_graphs_mixed also leaves its report in
+# records just those captures. After each export, nsysfacts.py prints FACT lines read back
+# from it (plain SQL, no traceanalyzer code). nsys_graphs_mixed also leaves its report in
 # OUTDIR/nsys_graphs_mixed.nsys-rep (KEEP_REP="name ..." keeps others' too), and runs with
 # TORCHINDUCTOR_COMPILE_THREADS=1 (Inductor compiles in-process: no worker processes under
 # nsys).
@@ -28,6 +29,7 @@ cap() {  # cap NAME "EXTRA NSYS OPTIONS" ARGS-OF-PYTHON...
       --force-overwrite=true -o "$TMP/$name" python3 "$@" &&
      timeout 120 "$N" export --type sqlite --force-overwrite=true -o "$TMP/$name.sqlite" "$TMP/$name.nsys-rep"; then
     gzip -9 -c "$TMP/$name.sqlite" >"$OUTDIR/$name.sqlite.gz"
+    python3 "$HERE/nsysfacts.py" "$TMP/$name.sqlite" || echo "=== $name: nsysfacts failed"
     ls -la "$TMP/$name.sqlite" "$OUTDIR/$name.sqlite.gz"
     if [[ " ${KEEP_REP:-nsys_graphs_mixed} " == *" $name "* ]]; then
       cp "$TMP/$name.nsys-rep" "$OUTDIR/$name.nsys-rep"
@@ -43,4 +45,7 @@ cap nsys_fp32_cold "" "$HERE/nsys_fp32_cold.py"
 cap nsys_graphs_default "" "$HERE/cuda_graphs.py" --nsys
 cap nsys_graphs_node "--cuda-graph-trace=node" "$HERE/cuda_graphs.py" --nsys
 TORCHINDUCTOR_COMPILE_THREADS=1 cap nsys_graphs_mixed "" "$HERE/nsys_graphs_mixed.py"
+cap nsys_host_sync "" "$HERE/nsys_host_sync.py"
+cap nsys_launch_bound "" "$HERE/nsys_launch_bound.py"
+cap nsys_slow_loader "" "$HERE/nsys_slow_loader.py"
 echo "=== failed:${failed:- none}"

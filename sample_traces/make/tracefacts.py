@@ -1,6 +1,7 @@
 """Facts read back from a Chrome trace that a scenario script has just written, by plain loops
 over its events (no traceanalyzer code, no torch): kernel time by a coarse name class, GPU busy
-share, host-to-device/device-to-host copies, blocking sync calls, idle gaps by length.
+share, host-to-device/device-to-host copies, blocking sync calls, idle gaps by length, the
+allocator's memory per step (where profile_memory recorded it).
 
 The scenario scripts print these as `FACT` lines next to the CUDA-event step times, so that
 tests/data/gpu/README.md can quote what the trace holds without trusting the tool under test.
@@ -246,9 +247,47 @@ def annotation_ms(path: str, prefix: str) -> list[float]:
     ]
 
 
+def memory_steps(path: str) -> list[dict[str, Any]]:
+    """Per `ProfilerStep`, from the profiler's `[memory]` instant events on the GPU (written with
+    profile_memory=True): how many there are, the allocator's `Total Allocated` at the first and
+    last of them and its peak inside the step (MiB)."""
+    raw = _load(path)
+    steps = sorted(
+        (
+            e
+            for e in raw
+            if e.get("ph") == "X"
+            and e.get("cat") == "user_annotation"
+            and e["name"].startswith("ProfilerStep#")
+        ),
+        key=lambda e: e["ts"],
+    )
+    mem = sorted(
+        (
+            e
+            for e in raw
+            if e.get("name") == "[memory]" and e.get("args", {}).get("Device Type") == 1
+        ),
+        key=lambda e: e["ts"],
+    )
+    out = []
+    for s in steps:
+        lo, hi = s["ts"], s["ts"] + s["dur"]
+        mine = [e["args"]["Total Allocated"] for e in mem if lo <= e["ts"] <= hi]
+        row: dict[str, Any] = {"name": s["name"], "memory_events": len(mine)}
+        if mine:
+            row["allocated_first_mib"] = round(mine[0] / 2**20, 1)
+            row["allocated_last_mib"] = round(mine[-1] / 2**20, 1)
+            row["allocated_peak_mib"] = round(max(mine) / 2**20, 1)
+        out.append(row)
+    return out
+
+
 if __name__ == "__main__":
     for p in sys.argv[1:]:
         print(p)
         print(json.dumps(trace_facts(p), indent=1))
         print(json.dumps(sync_gaps(p)))
         print(json.dumps(step_detail(p), indent=1))
+        if any(r["memory_events"] for r in memory_steps(p)):
+            print(json.dumps(memory_steps(p), indent=1))

@@ -268,6 +268,65 @@ CASES: dict[str, Truth] = {
         advice_never=("DataLoader",),
         more_warmup=1,
     ),
+    # (2026-11-24) Nsight from process start: the GPU-bound GPT of host_sync_gpu_bound (width
+    # 2048, batch 32 x 512, bf16, fused AdamW) with TWO syncs per step, `.item()` after block 2
+    # and `loss.item()` before the optimizer (each a 4-byte cudaMemcpyAsync DtoH +
+    # cudaStreamSynchronize). step_0 is cold (3.5 s: handles, allocator, AdamW state). In the
+    # steady steps the host waits 5.6-8.7 and 28-41 ms while the GPU works; the GPU idles
+    # 1.69-2.46 ms per 74.7 ms step around the two returns (a plain loop): TA002 at info at
+    # least. GPU-bound otherwise; as in host_sync_gpu_bound (same kernels, copy/cast 14 % of
+    # kernel time) TA010 is the largest finding. The 77 pageable H2D copies of `model.cuda()`
+    # run before step_0: no TA009
+    "nsys_host_sync.sqlite.gz": Truth(
+        top="TA010",
+        must={"TA002": "info", "TA010": "warning"},
+        never=("TA001", "TA003", "TA004", "TA005", "TA006", "TA009", "TA011"),
+        excluded=("step_0",),
+    ),
+    # (2026-11-24) Nsight from process start: launch_bound_train's tiny GPT (width 64, 12
+    # layers, batch 2 x 64, AdamW(foreach=False)): 1892 kernels per steady step, GPU busy
+    # 3.2 ms of 62-72 ms steps (~5 %); no sync, no copy in the steps. step_0 is cold (1.68 s)
+    "nsys_launch_bound.sqlite.gz": Truth(
+        top="TA003",
+        must={"TA003": "critical"},
+        never=("TA001", "TA002", "TA004", "TA005", "TA009", "TA010", "TA011"),
+        excluded=("step_0",),
+    ),
+    # (2026-11-24) Nsight from process start: slow_loader's workload with the 25 ms sleep, CPU
+    # batch, pin and non_blocking H2D INSIDE each step range, at its start: the GPU idles
+    # 25.4-26.5 ms before each steady step's first GPU operation, busy 15 ms of 44-53 ms.
+    # One pinned 64 KB H2D copy per step, no sync. step_0 is cold (1.25 s)
+    "nsys_slow_loader.sqlite.gz": Truth(
+        top="TA001",
+        must={"TA001": "critical"},
+        never=("TA002", "TA005", "TA006", "TA009", "TA011"),
+        excluded=("step_0",),
+    ),
+    # (2026-11-24) negative control for TA011: the bf16 GPT with NO leak, profile_memory=True,
+    # profiled from the process's first iteration (wait=0, warmup=0, active=6). Allocated
+    # memory rises 355 -> 1129 MiB inside ProfilerStep#0 (allocator growth, the AdamW state
+    # made lazily; in-step peak 3224 MiB), then stays at 1129 MiB after every step with the
+    # same 3964.5 MiB peak in each. ProfilerStep#0 (578 ms vs 29-38 ms) is the cold step to
+    # leave out, as in cold_start; the steady steps are host-bound as cold_start's
+    "memory_flat.json.gz": Truth(
+        top="TA001",
+        never=("TA002", "TA005", "TA006", "TA009", "TA011"),
+        context={"profiler_overhead": {"stacks": False, "memory": True, "shapes": True}},
+        excluded=("ProfilerStep#0",),
+    ),
+    # (2026-11-24) decode_b1's batch-1 greedy decoding under torch.compile(mode=
+    # "reduce-overhead") with a static (1, 56) padded buffer: per step 24 cudaGraphLaunch (one
+    # per token), 49 cudaLaunchKernel and 25 DtoD input copies, no sync, no recompilation;
+    # compiled and captured before the profiler. Still host-bound, and not by launches: the
+    # GPU is busy 2.9 ms of each 8-10 ms step (32 %; unprofiled 6.5 ms per generation for the
+    # same 2.9 ms, against 48 ms eager): the GPU waits between tokens for the host's Python
+    # per call (the graph trees' call path, the eager argmax and write), ~73 launches per step
+    "decode_graphs.json.gz": Truth(
+        top="TA001",
+        never=("TA002", "TA004", "TA005", "TA006", "TA009", "TA011"),
+        context={"torch_compile": True, "cuda_graphs": True},
+        advice_never=("torch.compile (", "reduce-overhead", "CUDA graphs for", "adds CUDA graphs"),
+    ),
 }
 
 #: Nsight reports kept beside their SQLite export (same capture, exported by the same nsys):
@@ -430,6 +489,18 @@ def test_grad_scaler_sync_is_found_with_its_site(scratch: str) -> None:
     assert "fused=True" in sync["advice"] and "GradScaler" in sync["advice"], sync["advice"]
 
 
+def test_nsys_two_syncs_per_step_priced_by_their_idle(scratch: str) -> None:
+    """nsys_host_sync.py syncs twice per step (the `.item()` mid-forward, `loss.item()` before
+    the optimizer): 16 cudaStreamSynchronize in the 8 step ranges, 14 in the 7 steady ones.
+    The host waits while the GPU works (no cost); by a plain SQL loop over the export the
+    GPU then idles 0.23-0.49 ms and 1.37-2.07 ms around the two returns: 1.69-2.46 ms (mean
+    1.91 ms) per steady step."""
+    doc = _report("nsys_host_sync.sqlite.gz", scratch)
+    sync = next(f for f in doc["diagnoses"] if f["rule"] == "TA002")
+    assert sync["evidence"]["per_step"] == 2.0, sync["evidence"]
+    assert 1.6e6 <= sync["impact_ns"] <= 2.5e6, sync
+
+
 @pytest.mark.parametrize("name", ["fp32_no_tc.json.gz", "odd_shapes.json.gz", "tf32.json.gz"])
 def test_gpu_bound_critical_path_is_gpu_work_not_idle(name: str, scratch: str) -> None:
     """GPU-bound runs whose host ran ~150 ms ahead: the GPU time spent on work queued before
@@ -463,6 +534,11 @@ BOUND = {
     "healthy_gpu_bound.json.gz": "gpu_compute",
     "compile_cold.json.gz": "host",
     "cpu_preprocess_inside.json.gz": "host",
+    "nsys_host_sync.sqlite.gz": "gpu_compute",
+    "nsys_launch_bound.sqlite.gz": "launch",
+    "nsys_slow_loader.sqlite.gz": "host",
+    "memory_flat.json.gz": "host",
+    "decode_graphs.json.gz": "host",
 }
 
 

@@ -307,15 +307,17 @@ TINY_KERNEL_COUNT = 100
 HOST_WAIT_PER_KERNEL_MAX_NS = 100_000
 
 
-def launch_bound(device: dict[str, Any]) -> bool:
+def launch_bound(ctx: Context, device: dict[str, Any]) -> bool:
     """Whether a device's kernels are too short to keep it fed one launch at a time, and its
     waits for the host inside steps no longer than issuing each operator takes (a row of
     `Context.devices`). Those waits are then the per-operator host cost of each launch,
     whatever the length of each: launch overhead (TA003), not the host doing other work
-    (TA001); waits between steps stay TA001's."""
+    (TA001); waits between steps stay TA001's. Not where the run replays CUDA graphs: a
+    replayed kernel costs no launch, and the waits between replays are the host's own work."""
     count = device["kernel_count"]
     return bool(
-        count >= TINY_KERNEL_COUNT
+        not ctx.uses("cuda_graphs")
+        and count >= TINY_KERNEL_COUNT
         and device["kernel_ns"] < TINY_KERNEL_MEAN_NS * count
         and host_wait_inside_steps(device) <= HOST_WAIT_PER_KERNEL_MAX_NS * count
     )

@@ -21,7 +21,8 @@ class GpuStarvation(Rule):
     what happens between steps (the input pipeline, logging, checkpointing); the rest happen
     inside steps (CPU-side work between launches). On a device whose kernels average under
     10 µs and whose waits inside steps average at most 100 µs per kernel, those waits are
-    the launches' own cost and TA003 reports them; only the waits between steps count here.
+    the launches' own cost and TA003 reports them (unless the run replays CUDA graphs); only
+    the waits between steps count here.
 
     ## Why it matters
     A starved GPU does nothing, however fast its kernels are. Every millisecond the host is
@@ -73,7 +74,7 @@ class GpuStarvation(Rule):
             window = d["window_ns"]
             between = d["host_wait_between_steps_ns"]
             # kernels shorter than a launch: the waits inside steps are TA003's launches
-            wait = between if launch_bound(d) else d["host_wait_ns"]
+            wait = between if launch_bound(ctx, d) else d["host_wait_ns"]
             share = wait / window if window else None
             if share is None or share < t.min_host_wait_share:
                 continue

@@ -34,7 +34,8 @@ class LaunchOverhead(Rule):
     host more than its kernel takes, so the waits for the host inside steps are the cost of
     issuing the next operator, whatever the length of each (an eager operator with the
     profiler on takes 50-200 µs of host time): where they average at most 100 µs per kernel,
-    they count here too, not as starvation (TA001).
+    they count here too, not as starvation (TA001). Not in a run that replays CUDA graphs: a
+    replayed kernel costs no launch.
 
     ## Why it matters
     A launch costs about 5–10 µs of host time, and an eager PyTorch operator 10–50 µs. Below
@@ -95,7 +96,7 @@ class LaunchOverhead(Rule):
             window = d["window_ns"]
             count = d["kernel_count"]
             # kernels shorter than a launch: the longer waits between them are launches too
-            inside = host_wait_inside_steps(d) if launch_bound(d) else 0
+            inside = host_wait_inside_steps(d) if launch_bound(ctx, d) else 0
             launch = d["launch_overhead_ns"] + inside
             share = launch / window if window else None
             if share is None or count < t.min_kernels or share < t.min_launch_idle_share:

@@ -325,7 +325,13 @@ CASES: dict[str, Truth] = {
         top="TA001",
         never=("TA002", "TA004", "TA005", "TA006", "TA009", "TA011"),
         context={"torch_compile": True, "cuda_graphs": True},
-        advice_never=("torch.compile (", "reduce-overhead", "CUDA graphs for", "adds CUDA graphs"),
+        advice_never=(
+            "torch.compile (",
+            "reduce-overhead",
+            "CUDA graphs for",
+            "adds CUDA graphs",
+            "optimizer",  # inference: no optimizer to capture
+        ),
     ),
 }
 

@@ -12,9 +12,12 @@ from traceanalyzer.rules.base import Context
 def host_overhead(ctx: Context) -> str:
     """Next steps against host overhead inside steps (Python, dispatch, launches)."""
     if ctx.uses("cuda_graphs") and ctx.uses("torch_compile"):
+        # what else a step holds: a training step's optimizer and loss; no optimizer was
+        # recorded in inference
+        rest = " (optimizer, loss)" if ctx.run.get("fused_optimizer") is not None else ""
         return (
             "The model is compiled and replays CUDA graphs already: capture more of the step "
-            "in the graph (optimizer, loss), remove graph breaks (TORCH_LOGS=graph_breaks), and "
+            f"in the graph{rest}, remove graph breaks (TORCH_LOGS=graph_breaks), and "
             "give each kernel more work (larger batches)."
         )
     if ctx.uses("cuda_graphs"):

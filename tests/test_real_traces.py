@@ -7,7 +7,10 @@ for a clear refusal instead.
 
 from __future__ import annotations
 
+import atexit
 import re
+import shutil
+import tempfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -28,6 +31,32 @@ REFUSED = {
 }
 
 
+#: Job folders made of a folder that holds several jobs' rank files (`h200x2/`: one folder,
+#: six two-rank jobs), removed when the tests end.
+_JOBS = Path(tempfile.mkdtemp(prefix="traceanalyzer-jobs-"))
+atexit.register(shutil.rmtree, _JOBS, True)
+
+
+def _jobs_of(folder: Path, files: list[Path]) -> list[Path]:
+    """The folder as one job, or, where its files' names tell several jobs apart (the same
+    name but for the rank number), one folder of links per job."""
+    by_job: dict[str, list[Path]] = {}
+    for f in files:
+        by_job.setdefault(re.sub(r"rank\d+", "rank", f.name), []).append(f)
+    if len(by_job) == 1:
+        return [folder]
+    jobs = []
+    for name, members in sorted(by_job.items()):
+        job = _JOBS / folder.name / name.split(".")[0].replace("_rank", "")
+        job.mkdir(parents=True, exist_ok=True)
+        for f in members:
+            link = job / f.name
+            if not link.exists():
+                link.symlink_to(f)
+        jobs.append(job)
+    return jobs
+
+
 def _runs() -> list[Path]:
     """One entry per run: a single file, or a folder holding several ranks of one job."""
     roots = [SAMPLES]
@@ -42,7 +71,7 @@ def _runs() -> list[Path]:
             ranked = len(files) > 1 and all(
                 reference.rank_of({}, f) != 0 or "0" in f.name for f in files
             )
-            runs.extend([folder] if ranked else files)
+            runs.extend(_jobs_of(folder, files) if ranked else files)
     return runs
 
 

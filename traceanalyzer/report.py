@@ -20,6 +20,7 @@ from typing import Any, TypedDict
 
 import polars as pl
 
+from traceanalyzer.analyses.host_phases import host_phase_medians
 from traceanalyzer.analyses.idle import CAUSES, LONGEST_GAPS, longest_first
 from traceanalyzer.analyses.kernels import SMALL_KERNEL_NS
 from traceanalyzer.analyses.metrics import Metrics
@@ -130,13 +131,50 @@ class CommDict(TypedDict):
     per_collective: list[dict[str, Any]]
     ranks: list[dict[str, Any]]
     slowest_rank: int | None
+    by_rank: list[dict[str, Any]]
+    imbalance: dict[str, Any] | None
 
 
-class RankDict(TypedDict):
+#: Each `ranks[]` entry's figures per steady step (medians over its steps; null where the
+#: rank has none): docs/report.md, Ranks.
+RANK_FIGURES: tuple[str, ...] = (
+    "steps",
+    "step_ns",
+    "own_ns",
+    "gpu_work_ns",
+    "host_wait_ns",
+    "host_between_steps_ns",
+    "sync_ns",
+    "wait_ns",
+    "exposed_wait_ns",
+    "crowded_wait_ns",
+    "exposed_transfer_ns",
+    "host_blocked_ns",
+    "slowest_steps",
+)
+
+
+class RankDict(TypedDict, total=False):
     rank: int
     rank_source: str
     path: str
     world_size: int | None
+    steps: int | None
+    step_ns: int | None
+    own_ns: int | None
+    gpu_work_ns: int | None
+    host_wait_ns: int | None
+    host_between_steps_ns: int | None
+    sync_ns: int | None
+    wait_ns: int | None
+    exposed_wait_ns: int | None
+    crowded_wait_ns: int | None
+    exposed_transfer_ns: int | None
+    host_blocked_ns: int | None
+    slowest_steps: int | None
+    comm_bytes: int | None
+    busbw_gbps: float | None
+    host_phases: dict[str, int] | None
 
 
 class VerdictDict(TypedDict):
@@ -215,6 +253,39 @@ def _rows(frame: pl.DataFrame) -> list[dict[str, Any]]:
     return frame.to_dicts()
 
 
+def _rank_figures(metrics: Metrics, rank: int) -> dict[str, Any]:
+    """A rank's figures per steady step (RANK_FIGURES), its collectives' bytes per step and
+    bus bandwidth, and its host time by phase; null where the rank has none."""
+    rows = metrics.balance.ranks.filter(pl.col("rank") == rank).to_dicts()
+    comm = metrics.collective_split.per_rank.filter(pl.col("rank") == rank).to_dicts()
+    row = rows[0] if rows else {}
+    c = comm[0] if comm else {}
+    return {
+        **{k: row.get(k) for k in RANK_FIGURES},
+        "comm_bytes": c["bytes"] // row["steps"] if c.get("bytes") and row.get("steps") else None,
+        "busbw_gbps": c.get("busbw_gbps"),
+        "host_phases": host_phase_medians(metrics.host_phases, rank),
+    }
+
+
+def _imbalance(metrics: Metrics) -> dict[str, Any] | None:
+    """The ranks compared (analyses/imbalance.py); null for a single rank."""
+    b = metrics.balance
+    if b.slowest is None:
+        return None
+    return {
+        "slowest_rank": b.slowest,
+        "slowest_share": b.slowest_share,
+        "own_ns": b.ranks.filter(pl.col("rank") == b.slowest)["own_ns"].item(),
+        "others_own_ns": b.others_own_ns,
+        "mean_own_ns": b.mean_own_ns,
+        "gap_ns": b.gap_ns,
+        "cause": b.cause,
+        "differences_ns": dict(b.differences),
+        "impact_ns": b.impact_ns,
+    }
+
+
 def _causes(row: dict[str, Any]) -> dict[str, int]:
     return {c: int(row[f"{c}_ns"] or 0) for c in CAUSES}
 
@@ -228,7 +299,9 @@ BOUND_BY_CATEGORY: dict[str, str] = {
     "no_tensor_cores": "gpu_compute",
     "odd_shapes": "gpu_compute",
     "comm_not_overlapped": "communication",
-    "rank_imbalance": "communication",
+    # waiting for a slow rank is not communication: TA008 names what bounds the slow rank
+    # (`evidence.bound_by`); where it cannot, the job is bound by a mix
+    "rank_imbalance": "mixed",
 }
 #: Findings that come first in the headline but say nothing of what bounds the job (a copy
 #: is neither host nor compute; cast kernels that take 10-20 % of a GPU-bound step do not
@@ -320,7 +393,11 @@ def verdict(
         and top.category in BOUND_BY_CATEGORY
         and (top.severity.rank == 2 or (share is not None and share >= BOUND_FINDING_SHARE))
     ):
-        bound = BOUND_BY_CATEGORY[top.category]
+        # a finding may say what bounds it (TA008: the resource that bounds the slowest
+        # rank, which the others wait for: its host, its GPU's work)
+        bound = top.evidence.get("bound_by") or BOUND_BY_CATEGORY[top.category]
+        if bound not in BOUND_WORDS:
+            bound = BOUND_BY_CATEGORY[top.category]
     else:
         totals: dict[str, int] = {}
         for p in paths:
@@ -468,6 +545,7 @@ def build_report(
                 "rank_source": r.rank_source,
                 "path": r.path,
                 "world_size": r.world_size,
+                **_rank_figures(metrics, r.rank),  # type: ignore[typeddict-item]
             }
             for r in meta.ranks
         ],
@@ -520,6 +598,8 @@ def build_report(
             ),
             "ranks": _rows(metrics.rank_waits),
             "slowest_rank": metrics.slowest_rank,
+            "by_rank": _rows(metrics.collective_split.per_kind),
+            "imbalance": _imbalance(metrics),
         },
         copies=_rows(metrics.copies),
         bandwidth=_rows(metrics.bandwidth.head(TOP_BANDWIDTH_OPS)),

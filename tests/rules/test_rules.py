@@ -104,7 +104,8 @@ def test_odd_shapes_suggests_padding(tmp_path: Path) -> None:
 def test_rank_imbalance_names_the_slow_rank(tmp_path: Path) -> None:
     (f,) = _findings(tmp_path, "TA008", BY_CODE["TA008"].example_bad)
     assert f.scope.rank == 1 and f.evidence["slowest_rank"] == 1
-    assert f.impact_ns == 200_000  # rank 0 waits 200 µs in its one step
+    # rank 1's GPU does 200 µs more work: spread evenly over two ranks, a step saves 100 µs
+    assert f.impact_ns == 100_000 and f.evidence["cause"] == "gpu"
 
 
 class _Extended:
@@ -186,14 +187,19 @@ def test_committed_rule_index_is_generated() -> None:
 
 
 def test_rank_imbalance_priced_by_the_slowest_ranks_excess(tmp_path: Path) -> None:
-    """Rank 1 computes 300 µs, rank 0 100 µs: the job gains 200 µs a step, not the sum of
-    the waits; rank 0's exposed all-reduce is all waiting, which overlap would not hide."""
+    """Rank 1 computes 300 µs, rank 0 100 µs: its own time is 200 µs longer, and evening the
+    work out gains half of that a step (the mean of two ranks), not the sum of the waits;
+    rank 0's exposed all-reduce is mostly waiting, which overlap would not hide."""
     rule = BY_CODE["TA008"]
     path = write_example(rule.example_bad, tmp_path, "imbalance")
     found = api.report(path).findings
     imbalance = next(f for f in found if f.rule == "TA008")
-    assert imbalance.impact_ns == 200_000
+    assert imbalance.impact_ns == 100_000
+    assert imbalance.evidence["gap_ns"] == 200_000
     assert found[0].rule == "TA008"
+    # overlap could hide the 50 µs transfer, not the 200 µs waiting for rank 1
+    overlap = next(f for f in found if f.rule == "TA007" and f.scope.rank == 0)
+    assert overlap.impact_ns == 50_000
 
 
 def test_amd_findings_use_amd_words(tmp_path: Path) -> None:

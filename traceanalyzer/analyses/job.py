@@ -14,7 +14,17 @@ from collections.abc import Callable
 
 import polars as pl
 
-from traceanalyzer.analyses import context, critical_path, idle, kernels, memory, overlap, steady
+from traceanalyzer.analyses import (
+    collectives,
+    context,
+    critical_path,
+    idle,
+    imbalance,
+    kernels,
+    memory,
+    overlap,
+    steady,
+)
 from traceanalyzer.analyses.metrics import Metrics
 from traceanalyzer.analyses.rank import Flagged, Options, RankPart
 from traceanalyzer.analyses.windows import DEVICE_KEY
@@ -97,7 +107,7 @@ def _merge(
     wins = _concat(parts, "windows")
     gaps = _concat(parts, "gaps")
     comm_kernels = _concat(parts, "comm")
-    imbalance = overlap.rank_imbalance(comm_kernels.lazy()).collect()
+    rank_waits = overlap.rank_imbalance(comm_kernels.lazy()).collect()
     has_comm = any(p.has_comm for p in parts)
     comm = _comm_spans(comm_kernels.lazy()) if has_comm else None
     bins = _concat(parts, "timeline_bins")
@@ -121,12 +131,21 @@ def _merge(
     sync_calls = _concat(parts, "sync_calls")
     peaks = _concat(parts, "memory_peaks")
     per_step = pl.concat([p.table.per_step for p in parts])
-    slowest = int(imbalance.sort("wait_ns", "rank")["rank"][0]) if imbalance.height > 1 else None
+    with stage("analyze: job: collectives and ranks"):
+        split = collectives.split(comm_kernels, _concat(parts, "comm_compute"))
+        steps = _concat(parts, "steps")
+        balance = imbalance.balance(
+            steps if steps.height else _window_as_step(dev),
+            dev,
+            split.per_step,
+            _concat(parts, "host_blocked"),
+        )
+    slowest = int(rank_waits.sort("wait_ns", "rank")["rank"][0]) if rank_waits.height > 1 else None
     return Metrics(
         basis="steps" if any(p.has_steps for p in parts) else "trace",
         windows=wins,
         devices=dev,
-        steps=_concat(parts, "steps"),
+        steps=steps,
         kernel_histogram=_histogram(parts, "kernel_histogram", "lo_ns", "hi_ns"),
         launch_size_histogram=_histogram(
             parts, "launch_size_histogram", "lo_threads", "hi_threads"
@@ -141,7 +160,10 @@ def _merge(
         gap_histogram=_histogram(parts, "gap_histogram", "lo_ns", "hi_ns"),
         sync_calls=sync_calls,
         collectives=_concat(parts, "collectives"),
-        rank_waits=imbalance,
+        rank_waits=rank_waits,
+        collective_split=split,
+        host_phases=_concat(parts, "host_phases"),
+        balance=balance,
         copies=_concat(parts, "copies"),
         launch_gap_max_ns=opts.launch_gap_max_ns,
         sync_sites=idle.sync_sites_summary(sync_calls, _concat(parts, "steps_per_rank")),
@@ -165,6 +187,20 @@ def _merge(
         warmup_steps=_concat(parts, "warmup_steps"),
         outside_window=_concat(parts, "outside_window"),
         facts=context.RunFacts.merge([p.facts for p in parts]),
+    )
+
+
+def _window_as_step(dev: pl.DataFrame) -> pl.DataFrame:
+    """Without step markers, each device's window is its one step (step 0)."""
+    return dev.select(
+        "rank",
+        "device",
+        step=pl.lit(0, pl.Int64),
+        start_ns="start_ns",
+        end_ns="end_ns",
+        busy_ns="busy_ns",
+        host_wait_ns="host_wait_ns",
+        sync_ns="sync_ns",
     )
 
 

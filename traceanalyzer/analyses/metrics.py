@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 if TYPE_CHECKING:
+    from traceanalyzer.analyses.collectives import CollectiveSplit
     from traceanalyzer.analyses.context import RunFacts
+    from traceanalyzer.analyses.imbalance import RankBalance
 
 #: The declared columns of every analysis result, in order: name -> dtype (`pl.Enum` stands
 #: for an Enum of any categories). `Metrics` checks its frames against them when it is built,
@@ -266,6 +268,16 @@ FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
         "scenario": pl.String,
         "saved_ns": pl.Int64,
     },
+    "host_phases": {
+        "rank": pl.Int32,
+        "step": pl.Int64,
+        "step_ns": pl.Int64,
+        "data_loading_ns": pl.Int64,
+        "optimizer_ns": pl.Int64,
+        "backward_ns": pl.Int64,
+        "forward_ns": pl.Int64,
+        "other_ns": pl.Int64,
+    },
     "excluded_steps": {
         "rank": pl.Int32,
         "step": pl.Int64,
@@ -379,6 +391,14 @@ class Metrics:
     - `outside_window`: rank, device, before_count, before_ns, after_count, after_ns: GPU work
       outside each device's window (windows.outside_window).
     - `facts`: what the run context is read off (context.RunFacts: names, kinds recorded).
+    - `collective_split`: every rank's collectives matched across ranks, their time split
+      into waiting for peers and transfer, exposed or not, with bytes and bus bandwidth
+      (analyses/collectives.py).
+    - `host_phases`: rank, step, step_ns and `<phase>_ns` of each steady host step: where
+      the host's time goes (data_loading, optimizer, backward, forward, other;
+      analyses/host_phases.py; empty without CPU operators).
+    - `balance`: the ranks' own times per steady step, the slowest rank, why, and the price
+      of the imbalance (analyses/imbalance.py).
     """
 
     basis: str
@@ -416,6 +436,9 @@ class Metrics:
     warmup_steps: pl.DataFrame
     outside_window: pl.DataFrame
     facts: RunFacts
+    collective_split: CollectiveSplit
+    host_phases: pl.DataFrame
+    balance: RankBalance
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -24,12 +24,15 @@ from traceanalyzer.analyses import (
     bandwidth,
     classify,
     clock,
+    collectives,
     context,
     copies,
     critical_path,
     devices,
     gemm_units,
+    host_phases,
     idle,
+    imbalance,
     kernels,
     memory,
     overlap,
@@ -111,7 +114,7 @@ def _run_plan(shared: Windowed) -> dict[str, pl.DataFrame]:
 
 
 #: The communication kernels' columns the job stage matches across ranks.
-COMM_COLUMNS = ("rank", "device", "start_ns", "end_ns", "collective_kind", "is_comm")
+COMM_COLUMNS = collectives.COMM_COLUMNS
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,7 +317,12 @@ def _reduce(
         "launch_size_histogram": kernels.launch_size_histogram(in_windows),
         "kernel_names": kernels.name_totals(in_windows),
         "kernel_classes": kernels.class_totals(in_windows),
-        "comm": in_windows.filter(pl.col("is_comm")).select(COMM_COLUMNS),
+        "comm": collectives.with_sm_share(
+            in_windows.filter(pl.col("is_comm")), timeline.meta.devices
+        ).select(COMM_COLUMNS),
+        "comm_compute": collectives.compute_near_comm(in_windows),
+        "host_blocked": imbalance.host_blocked(w.linked, w.syncs, _host_ranges(w)),
+        "host_phases": host_phases.host_phases(timeline, w.markers),
         "timeline_bins": idle.timeline_bins(w.gaps, w.wins),
         "bandwidth": bandwidth.memory_bound_bandwidth(timeline, in_windows, timeline.meta.devices),
         "matmul_shapes": shapes.matmul_shapes(timeline, in_windows),
@@ -342,6 +350,18 @@ def _reduce(
         by_steps=w.by_steps,
         facts=context.facts(timeline),
         graph=graph,
+    )
+
+
+def _host_ranges(w: Windowed) -> pl.LazyFrame:
+    """The host steps (rank, step, start_ns, end_ns); without step markers, the rank's whole
+    time as step 0."""
+    markers = w.markers.select("rank", "step", "start_ns", "end_ns").collect()
+    if markers.height:
+        return markers.lazy()
+    ranks = w.timeline.events.lazy().group_by("rank")
+    return ranks.agg(
+        step=pl.lit(0, pl.Int64), start_ns=pl.col("start_ns").min(), end_ns=pl.col("end_ns").max()
     )
 
 

@@ -23,6 +23,9 @@ from traceanalyzer.analyses.idle import CAUSES
 from traceanalyzer.render import figures
 from traceanalyzer.render.base import script_json, static_text
 from traceanalyzer.render.markdown_html import markdown_html
+from traceanalyzer.render.ranks import HEADINGS as RANK_HEADINGS
+from traceanalyzer.render.ranks import cells as rank_cells
+from traceanalyzer.render.ranks import folded_note, rank_table
 from traceanalyzer.render.units import duration, percent, printable
 from traceanalyzer.report import Report
 from traceanalyzer.rules import BY_CODE, Severity
@@ -505,6 +508,10 @@ def page_context(report: Report) -> dict[str, Any]:
         "steps": r.steps[:MAX_STEP_ROWS],
         "collectives": r.communication["per_collective"][:MAX_COLLECTIVE_ROWS],
         "comm_devices": [d for d in r.devices if d["comm_ns"]],
+        "rank_table": rank_table(r.ranks),
+        "rank_headings": RANK_HEADINGS,
+        "rank_cells": rank_cells,
+        "rank_folded": folded_note,
         "name_width": NAME_WIDTH,
         "css": Markup(static_text("report.css")),
         "script": Markup(script),

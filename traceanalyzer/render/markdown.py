@@ -6,6 +6,7 @@ import re
 from typing import TextIO
 
 from traceanalyzer.render.grouping import group_findings, ranks_text
+from traceanalyzer.render.ranks import HEADINGS, cells, folded_note, rank_table
 from traceanalyzer.render.units import duration, percent, printable, saving_range_text
 from traceanalyzer.report import Report
 
@@ -85,6 +86,23 @@ class MarkdownRenderer:
                 f" {percent(c['launch_overhead'])} | {duration(d['exposed_comm_ns'])} |"
                 f" {percent(d['tensor_core']['share_of_gemm'])} |"
             )
+        table = rank_table(r.ranks)
+        if table is not None:
+            labelled = table.folded > 0  # which rank each is: only where some were folded
+            lines += [
+                "",
+                "### Ranks (per steady step, medians)",
+                "",
+                "| " + " | ".join(HEADINGS) + (" | |" if labelled else " |"),
+                "|" + "---|" * (len(HEADINGS) + labelled),
+            ]
+            lines += [
+                "| " + " | ".join(cells(row) + ([label] if labelled else [])) + " |"
+                for label, row in table.rows
+            ]
+            note = folded_note(table)
+            if note:
+                lines += ["", _text(note)]
         lines += [
             "",
             "### Top kernels",

@@ -8,6 +8,7 @@ import textwrap
 from typing import TextIO
 
 from traceanalyzer.render.grouping import group_findings, ranks_text
+from traceanalyzer.render.ranks import HEADINGS, cells, folded_note, rank_table
 from traceanalyzer.render.units import duration, percent, printable, saving_range_text
 from traceanalyzer.report import Report
 
@@ -172,6 +173,7 @@ def _lines(r: Report, width: int = PLAIN_WIDTH) -> list[str]:
             f" {percent(d['idle_share']):>8} {d['kernel_count']:>8}  {d['name'] or ''}"
         )
     lines += _idle_lines(r)
+    lines += _rank_lines(r)
     lines += _comm_lines(r)
     lines += _tensor_core_lines(r)
     k = r.kernels
@@ -259,6 +261,31 @@ def _idle_lines(r: Report) -> list[str]:
     return lines
 
 
+def _rank_lines(r: Report) -> list[str]:
+    """The ranks compared per steady step (medians over the steps), folded for big jobs."""
+    table = rank_table(r.ranks)
+    if table is None:
+        return []
+    rows = [[*list(HEADINGS), ""]] + [[*cells(row), label] for label, row in table.rows]
+    widths = [max(len(x[i]) for x in rows) for i in range(len(HEADINGS))]
+    lines = [
+        "",
+        "Ranks (per steady step, medians; own = the step without waiting for peers; host wait"
+        " = GPU idle for its host, between steps of it; peer wait = in collectives, exposed of"
+        " it with nothing else on the GPU)",
+    ]
+    for x in rows:
+        lines.append(
+            "  "
+            + " ".join(c.rjust(w) for c, w in zip(x, widths, strict=False))
+            + (f"  {x[-1]}" if x[-1] else "")
+        )
+    note = folded_note(table)
+    if note:
+        lines.append(f"  {note}")
+    return [line.rstrip() for line in lines]
+
+
 def _comm_lines(r: Report) -> list[str]:
     if not any(d["comm_ns"] for d in r.devices):
         return []
@@ -274,6 +301,15 @@ def _comm_lines(r: Report) -> list[str]:
         lines.append(
             f"    rank {c['rank']} {c['collective']}: {c['count']} x, {duration(c['total_ns'])},"
             f" exposed {duration(c['exposed_ns'])}{size}"
+        )
+    for c in r.communication.get("by_rank", [])[:16]:
+        if not c["matched"]:
+            continue
+        bw = "" if c["busbw_gbps"] is None else f", bus {c['busbw_gbps']:.0f} GB/s"
+        lines.append(
+            f"    rank {c['rank']} {c['collective']}: waits for peers"
+            f" {duration(c['wait_ns'])} (exposed {duration(c['exposed_wait_ns'])}), transfers"
+            f" {duration(c['transfer_ns'])} (exposed {duration(c['exposed_transfer_ns'])}){bw}"
         )
     ranks = r.communication["ranks"]
     if ranks:

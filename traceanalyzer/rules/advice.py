@@ -38,10 +38,45 @@ def host_overhead(ctx: Context) -> str:
             f'(torch.compile(model), mode="reduce-overhead" adds {graphs}), cut host round '
             "trips and host tensor work in the loop."
         )
+    fsdp = (
+        " With FSDP, wrap fewer, larger units (each unit's hooks, copies and collectives cost "
+        "host time every step) and use a fused optimizer on its sharded (DTensor) parameters."
+        if ctx.uses("fsdp")
+        else ""
+    )
     return (
         f'Cut Python and CPU-side work between launches: torch.compile (mode="reduce-overhead" '
-        f"adds {graphs}), fewer host round trips, no host tensor work in the loop."
+        f"adds {graphs}), fewer host round trips, no host tensor work in the loop." + fsdp
     )
+
+
+def host_phase(ctx: Context, phase: str, ns: int) -> str | None:
+    """Next steps where one phase of the host's step holds most of its time (host_phases):
+    None where the phase has no advice of its own (forward, backward and other: the
+    operators' host overhead, host_overhead's)."""
+    ms = f"{ns / 1e6:.1f} ms"
+    if phase == "optimizer":
+        if ctx.uses("fsdp"):
+            return (
+                f"optimizer.step and zero_grad take {ms} of host time per step: on FSDP's "
+                "sharded (DTensor) parameters the optimizer's per-parameter work is CPU-bound. "
+                "Use a fused optimizer (AdamW(fused=True) takes DTensors) or compile the step "
+                "(torch.compile of optimizer.step), and wrap fewer, larger FSDP units so that "
+                "there are fewer parameters and collectives to handle per step."
+            )
+        if ctx.run.get("fused_optimizer") is True:
+            return (
+                f"optimizer.step takes {ms} of host time per step although it is fused: "
+                "compile it (torch.compile of optimizer.step) or capture it in a CUDA graph."
+            )
+        return (
+            f"optimizer.step takes {ms} of host time per step: use a fused or foreach "
+            "optimizer (AdamW(fused=True)), or compile the step (torch.compile of "
+            "optimizer.step)."
+        )
+    if phase == "data_loading":
+        return input_pipeline(ctx)
+    return None
 
 
 def input_pipeline(ctx: Context) -> str:

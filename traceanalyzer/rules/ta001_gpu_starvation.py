@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from traceanalyzer.analyses.host_phases import host_phase_medians
 from traceanalyzer.rules import advice as advise
 from traceanalyzer.rules.base import Context, Finding, Rule, Scope, Severity, launch_bound
 from traceanalyzer.rules.examples import Event, launched, step
@@ -33,6 +34,11 @@ class GpuStarvation(Rule):
     (`prefetch_factor`, a CUDA-stream prefetcher), moving preprocessing to the GPU, logging
     less often. Inside steps: less Python per step (torch.compile, CUDA graphs), no CPU-side
     tensor work in the loop, fewer host round trips.
+
+    Where the host waits inside steps, the finding splits the host's step by phase (data
+    loading, forward, backward, optimizer.step, outside operators: analyses/host_phases.py)
+    and advises on the phase that holds most of it (a fused or compiled optimizer step, a
+    compiled model, FSDP units).
 
     ## Known false positives
     Deliberate pauses (evaluation, checkpointing) inside the window, and profiler overhead:
@@ -89,10 +95,22 @@ class GpuStarvation(Rule):
                     + ("inside steps (CPU-side work)" if stepped else "between launches")
                 )
             advice = None
+            phases = _phases(ctx, d["rank"])
             if between > inside:
                 advice = advise.input_pipeline(ctx)
             elif inside > 0:
                 advice = advise.host_overhead(ctx)
+                top = _top_phase(phases)
+                if top is not None and phases:
+                    advice = advise.host_phase(ctx, *top) or advice
+                    where.append(
+                        "the host's step: "
+                        + ", ".join(
+                            f"{PHASE_WORDS[p]} {ns / 1e6:.1f} ms"
+                            for p, ns in sorted(phases.items(), key=lambda kv: -kv[1])
+                            if ns
+                        )
+                    )
             yield self.finding(
                 ctx,
                 f"rank {d['rank']} GPU {d['device']}: idle {d['idle_share']:.0%} of a "
@@ -106,12 +124,41 @@ class GpuStarvation(Rule):
                     "host_wait_between_steps_ns": between,
                     "host_wait_inside_steps_ns": inside,
                     "longest_gap_ns": d["longest_gap_ns"],
+                    "host_phases": phases,
                     "threshold_share": t.min_host_wait_share,
                 },
                 Scope(d["rank"], d["device"]),
                 _impact(ctx, d["rank"], d["device"], wait),
                 advice,
             )
+
+
+#: The phases of a host step (analyses/host_phases.py) in a finding's words.
+PHASE_WORDS = {
+    "data_loading": "data loading",
+    "optimizer": "optimizer.step",
+    "backward": "backward",
+    "forward": "forward",
+    "other": "outside operators",
+}
+
+
+def _phases(ctx: Context, rank: int) -> dict[str, int] | None:
+    """The rank's host time per steady step by phase (medians), where recorded."""
+    return host_phase_medians(ctx.metrics.host_phases, rank)
+
+
+def _top_phase(phases: dict[str, int] | None) -> tuple[str, int] | None:
+    """The phase that holds most of the host's step, among those with advice of their own
+    and over a quarter of the step (`other` is Python and unrecorded host time: no phase)."""
+    if not phases:
+        return None
+    total = sum(phases.values())
+    named = {p: ns for p, ns in phases.items() if p != "other"}
+    phase = max(named, key=lambda p: named[p], default=None)
+    if phase is None or not total or named[phase] < total / 4:
+        return None
+    return phase, named[phase]
 
 
 def _impact(ctx: Context, rank: int, device: int, wait_ns: int) -> int | None:

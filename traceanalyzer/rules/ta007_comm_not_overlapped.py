@@ -43,12 +43,15 @@ class CommNotOverlapped(Rule):
     balancing the ranks (TA008), not by overlapping.
 
     ## Impact estimate
-    The exposed communication per steady step: communication kernel time with no compute
-    kernel beside it, less the time this rank's collectives waited for a slower rank (TA008
-    prices that: overlap does not hide it). It fires when less than `max_overlap_share` (30 %)
-    of communication overlaps compute and the exposed part is at least
-    `min_exposed_comm_share` (3 %) of the window: a DDP run whose all-reduce runs under the
-    backward pass stays quiet.
+    The exposed transfers per steady step: the collectives are matched across ranks and each
+    kernel split into waiting for the last rank to arrive and the transfer after it; the
+    transfer time with no compute kernel beside it is what overlap can hide (waiting for a
+    slower rank is TA008's: overlap does not hide it). A single rank's collectives cannot be
+    split: all of its exposed communication counts. It fires when less than
+    `max_overlap_share` (30 %) of communication overlaps compute and the exposed transfers
+    are at least `min_exposed_comm_share` (3 %) of the window: a DDP run whose all-reduce
+    runs under the backward pass stays quiet, and so does a rank whose exposed
+    communication is waiting for a slower one.
     """
 
     code = "TA007"
@@ -87,7 +90,9 @@ class CommNotOverlapped(Rule):
     ]
 
     def check(self, ctx: Context, t: Thresholds) -> Iterable[Finding]:
-        waits = {r["rank"]: r["wait_ns"] for r in ctx.metrics.rank_waits.to_dicts()}
+        split = ctx.metrics.collective_split
+        matched = split.matched
+        per_rank = {r["rank"]: r for r in split.per_rank.iter_rows(named=True)}
         for d in ctx.devices():
             window, comm, exposed = d["window_ns"], d["comm_ns"] or 0, d["exposed_comm_ns"] or 0
             if not window or not comm or exposed / window < t.min_exposed_comm_share:
@@ -108,7 +113,14 @@ class CommNotOverlapped(Rule):
                 }
                 for c in colls.iter_rows(named=True)
             ]
-            wait = waits.get(rank)
+            mine = per_rank.get(rank) or {}
+            wait = mine.get("wait_ns") if matched else None
+            # what overlap can hide is the transfers that ran with nothing beside them; the
+            # waits for a slower rank (TA008) stay whatever overlaps them
+            transfer = mine.get("exposed_transfer_ns") if matched else None
+            hideable = exposed if transfer is None else min(exposed, transfer)
+            if hideable / window < t.min_exposed_comm_share:
+                continue  # exposed, but waiting for a slower rank: TA008's
             which = ", ".join(f"{c['collective']} {c['exposed_ns'] / 1e6:.2f} ms" for c in top[:3])
             share = share or 0.0
             yield self.finding(
@@ -130,13 +142,15 @@ class CommNotOverlapped(Rule):
                     "overlap_share": share,
                     "collectives": top,
                     "rank_wait_ns": wait,
+                    "exposed_wait_ns": mine.get("exposed_wait_ns") if matched else None,
+                    "exposed_transfer_ns": transfer,
+                    "busbw_gbps": mine.get("busbw_gbps"),
                     "threshold_share": t.min_exposed_comm_share,
                     "threshold_overlap_share": t.max_overlap_share,
                     "critical_path_saving_ns": ctx.saving(rank, "exposed_comm_hidden"),
                 },
                 Scope(rank, device),
-                # waiting for a slower rank (TA008) is not hidden by overlap: left out
-                ctx.per_step(max(0, exposed - (wait or 0)), rank, device),
+                ctx.per_step(max(0, hideable), rank, device),
                 _advice(ctx, top[0]["collective"] if top else ""),
             )
 

@@ -1,15 +1,14 @@
-"""TA008: one rank makes the others wait inside collectives."""
+"""TA008: one rank is slower than the others, and they wait for it inside collectives."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
-import polars as pl
-
+from traceanalyzer.analyses.imbalance import RankBalance
 from traceanalyzer.rules.base import Context, Finding, Rule, Scope, Severity
-from traceanalyzer.rules.examples import Event, launched, on_rank, step
+from traceanalyzer.rules.examples import Event, launch, launched, on_rank, step
 
 _ALLREDUCE = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"
 _GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32"
@@ -17,44 +16,65 @@ _GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32"
 
 def _rank_step(compute_us: float, allreduce_us: float) -> list[Event]:
     """One step of one rank: a GEMM, then an all-reduce that ends when the slowest rank
-    arrives (so a fast rank's all-reduce kernel is long: it waits)."""
+    arrives (so a fast rank's all-reduce kernel is long: it waits), then the host waits for
+    the step's end (`loss.item()`: a sync)."""
+    end = 110 + compute_us + allreduce_us
     return [
         step(1, 100, 500),
         *launched(105, 110, compute_us, 1, _GEMM),
         *launched(106, 110 + compute_us, allreduce_us, 2, _ALLREDUCE, stream=20),
+        launch(108, end - 108, 3, name="cudaStreamSynchronize"),
     ]
 
 
+#: What bounds the slowest rank, by the cause of its slowness (the verdict's `bound_by`).
+BOUND_OF_CAUSE = {"host": "host", "gpu": "gpu_compute", "sync": "sync"}
+
+
 class RankImbalance(Rule):
-    """A slow rank makes every other rank wait inside the collectives.
+    """One rank is slower than the others, and they wait for it inside collectives.
 
     ## What it detects
-    For a multi-rank trace, the time each rank's communication kernels spend waiting for the
-    rank that arrives last (the n-th collective of every rank is matched; a kernel's wait is
-    its duration minus the shortest duration of that collective). The rank that waits least
-    is the slowest one. The rule fires when the other ranks wait, beyond what the slowest
-    rank itself waits, a meaningful share of their window.
+    For a multi-rank job, each rank's **own time** per steady step: its step without the
+    time it spent waiting for its peers (the collectives are matched across ranks, and a
+    rank's wait for the last arrival costs its step only where its GPU ran nothing else
+    beside it, or as the SMs the waiting kernel held from the compute beside it, and where
+    its host was blocked on the GPU meanwhile; `docs/report.md`, Ranks). The rank with the
+    largest own time is the slowest. It fires when that rank is the slowest in most steady
+    steps (`min_slowest_share`) and its own time exceeds the median other rank's by at least
+    `min_gap_share` of a step. Where no rank is the slowest most of the time, or the ranks
+    differ by less than that, it is jitter, not imbalance: no finding.
+
+    The finding says why the slow rank is slow, from its figures per step against the
+    median other rank's: its GPU waiting for its host (between steps: the input pipeline;
+    inside steps: CPU work), its GPU doing more work (uneven shards or sequence lengths), or
+    its host syncing more. The advice follows the cause.
 
     ## Why it matters
     Collectives finish together: a job runs at the speed of its slowest rank. Every other
-    rank's NCCL kernels look long, but they are idle, waiting. Speeding up the collective or
-    overlapping it does not help; balancing the work does.
+    rank's NCCL kernels look long, but they are waiting. Speeding up the collective or
+    overlapping it does not help; fixing what makes the slow rank slow does.
 
     ## How to fix
-    Find what the slowest rank does differently: uneven data (variable sequence lengths,
-    unbalanced sharding or embedding tables), extra work on one rank (logging, checkpointing,
-    evaluation on rank 0), a slower or throttled GPU, a data loader that falls behind. Pack or
-    bucket sequences by length, shard evenly, move rank-0 chores off the step.
+    Slow on the host between steps: the slow rank's input pipeline (more DataLoader workers,
+    pinned memory and prefetching, the same preprocessing on every rank) or rank-only chores
+    between steps (logging, checkpointing, evaluation on rank 0). Slow on the host inside
+    steps: CPU work that only that rank does, or CPU contention on its cores. More GPU work:
+    even shards, sequence-length bucketing or packing to equal tokens per rank, balanced
+    embedding tables; where the work is equal, a throttled or slower GPU.
 
     ## Known false positives
     A trace holding only some ranks of a job (waits are relative to the ranks present), and
-    ranks whose clocks or collectives do not match one to one (pipeline parallelism, where
-    send/recv pairs wait by design).
+    ranks whose collectives do not match one to one (pipeline parallelism, where send/recv
+    pairs wait by design).
 
     ## Impact estimate
-    The slowest rank's excess step time over the median other rank, per step: ranks finish a
-    step together, so each rank's own work is the step time less its wait inside collectives,
-    and the job would gain the median other rank's wait less the slowest rank's.
+    What a step would save if the slowest rank were like the median rank, from each rank's
+    own time per steady step (medians over the steps), never from summed waits. Extra host
+    or sync time vanishes with its fix: the step would be the median other rank's own time,
+    saving own(slowest) - median(others). Extra GPU work is moved, not removed: with even
+    shards every rank does the mean work, saving own(slowest) - mean(all ranks). The price
+    never exceeds own(slowest) - median(others).
     """
 
     code = "TA008"
@@ -69,9 +89,19 @@ class RankImbalance(Rule):
 
     @dataclass(frozen=True, slots=True)
     class Thresholds:
-        min_wait_share: float = field(
+        min_gap_share: float = field(
             default=0.05,
-            metadata={"help": "mean wait of the other ranks as a share of their window"},
+            metadata={
+                "help": "the slowest rank's own time over the median other rank's, as a share "
+                "of the step, to trigger"
+            },
+        )
+        min_slowest_share: float = field(
+            default=0.5,
+            metadata={
+                "help": "fires only when the same rank is the slowest in more than this share "
+                "of the steady steps (else it is jitter)"
+            },
         )
 
     # rank 1 computes 300 µs, rank 0 only 100 µs: rank 0 waits 200 µs in the all-reduce
@@ -85,58 +115,127 @@ class RankImbalance(Rule):
     ]
 
     def check(self, ctx: Context, t: Thresholds) -> Iterable[Finding]:
-        m = ctx.metrics
-        slow = m.slowest_rank
-        if slow is None or m.rank_waits.height < 2:
+        b = ctx.metrics.balance
+        slow = b.slowest
+        if slow is None or b.gap_ns is None or b.slowest_share is None or b.others_own_ns is None:
             return
-        waits = {r["rank"]: r for r in m.rank_waits.to_dicts()}
-        base = waits[slow]["wait_ns"] if slow in waits else 0
-        windows = {
-            r: int(w)
-            for r, w in m.devices.group_by("rank").agg(pl.col("window_ns").sum()).iter_rows()
-        }
-        others = [r for r in waits if r != slow]
-        excess = {r: max(0, waits[r]["wait_ns"] - base) for r in others}
-        window = sum(windows.get(r, 0) for r in others)
-        total = sum(excess.values())
-        if not window or total / window < t.min_wait_share:
+        rows = {r["rank"]: r for r in b.ranks.iter_rows(named=True)}
+        step = rows[slow]["step_ns"]
+        if not step or b.slowest_share <= t.min_slowest_share:
             return
-        worst = max(others, key=lambda r: (excess[r], -r))
-        steps = {
-            r: int(n)
-            for r, n in m.steps.group_by("rank").agg(pl.col("step").n_unique()).iter_rows()
-        }
-        # the job gains the slowest rank's excess over the median rank: its own work
-        # (step time less waiting in collectives) minus the median other rank's; with equal
-        # step times that is the median other rank's wait less the slowest rank's
-        per_rank = sorted(waits[r]["wait_ns"] / steps[r] for r in others if steps.get(r))
-        impact = None
-        if per_rank and steps.get(slow):
-            mid = len(per_rank) // 2
-            median = per_rank[mid] if len(per_rank) % 2 else (per_rank[mid - 1] + per_rank[mid]) / 2
-            impact = max(0, round(median - base / steps[slow]))
+        if b.gap_ns < t.min_gap_share * step:
+            return
+        others = [r for r in sorted(rows) if r != slow]
+        waiting = sum(rows[r]["wait_ns"] for r in others) / len(others)
+        exposed = sum(rows[r]["exposed_wait_ns"] for r in others) / len(others)
+        steps_n = rows[slow]["steps"]
         yield self.finding(
             ctx,
-            f"rank {slow} is the slowest: the {len(others)} other rank(s) wait "
-            f"{total / len(others) / 1e6:.2f} ms on average inside collectives "
-            f"({total / window:.0%} of their window); rank {worst} waits most "
-            f"({excess[worst] / 1e6:.2f} ms)",
+            f"rank {slow} is the slowest of {len(rows)} ranks (in {rows[slow]['slowest_steps']} "
+            f"of {steps_n} steady steps): {rows[slow]['own_ns'] / 1e6:.2f} ms of its own per "
+            f"step against {b.others_own_ns / 1e6:.2f} ms for the median other rank; "
+            + _why(b, rows, slow)
+            + f"; the others wait for it {_ms(waiting)} per step inside collectives "
+            f"({_ms(exposed)} of it with nothing else on their GPU)",
             {
                 "slowest_rank": slow,
-                "slowest_rank_wait_ns": base,
-                "mean_wait_ns": total // len(others),
-                "wait_share": total / window,
+                "cause": b.cause,
+                "bound_by": BOUND_OF_CAUSE.get(b.cause or "", "mixed"),
+                "own_ns": {str(r): rows[r]["own_ns"] for r in sorted(rows)},
+                "others_own_ns": b.others_own_ns,
+                "mean_own_ns": b.mean_own_ns,
+                "gap_ns": b.gap_ns,
+                "slowest_share": b.slowest_share,
+                "differences_ns": dict(b.differences),
+                "impact_model": "mean" if b.cause == "gpu" else "median_others",
+                "slowest_rank_wait_ns": rows[slow]["wait_ns"],
+                "mean_wait_ns": round(waiting),
                 "waits": [
                     {
                         "rank": r,
-                        "collectives": waits[r]["collectives"],
-                        "comm_ns": waits[r]["comm_ns"],
-                        "wait_ns": waits[r]["wait_ns"],
+                        "wait_ns": rows[r]["wait_ns"],
+                        "exposed_wait_ns": rows[r]["exposed_wait_ns"],
+                        "crowded_wait_ns": rows[r]["crowded_wait_ns"],
+                        "host_blocked_ns": rows[r]["host_blocked_ns"],
                     }
-                    for r in sorted(waits)
+                    for r in sorted(rows)
                 ],
-                "threshold_share": t.min_wait_share,
+                "threshold_gap_share": t.min_gap_share,
+                "threshold_slowest_share": t.min_slowest_share,
             },
             Scope(rank=slow),
-            impact,
+            b.impact_ns,
+            _advice(b, rows, slow),
         )
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.2f} ms"
+
+
+def _median_of(rows: dict[int, dict[str, Any]], slow: int, col: str) -> float:
+    values = sorted(float(rows[r][col]) for r in rows if r != slow)
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+def _why(b: RankBalance, rows: dict[int, dict[str, Any]], slow: int) -> str:
+    """Why the slowest rank is slow, in words, from the cause that differs most."""
+    r = rows[slow]
+    if b.cause == "host":
+        between = r["host_between_steps_ns"]
+        where = (
+            f"{_ms(between)} of it between steps: the input pipeline"
+            if between >= r["host_wait_ns"] / 2
+            else f"{_ms(r['host_wait_ns'] - between)} of it inside steps: CPU work"
+        )
+        return (
+            f"it is slow on the host: its GPU waits {_ms(r['host_wait_ns'])} per step for its "
+            f"host ({where}), the median other rank's "
+            f"{_ms(_median_of(rows, slow, 'host_wait_ns'))}"
+        )
+    if b.cause == "gpu":
+        other = _median_of(rows, slow, "gpu_work_ns")
+        ratio = f"{r['gpu_work_ns'] / other:.1f}x" if other else "more than"
+        return (
+            f"its GPU does {ratio} the work of the median other rank per step "
+            f"({_ms(r['gpu_work_ns'])} against {_ms(other)} of kernels): uneven shards or "
+            "sequence lengths, or a slower GPU"
+        )
+    if b.cause == "sync":
+        return (
+            f"its GPU waits {_ms(r['sync_ns'])} per step for host syncs, the median other "
+            f"rank's {_ms(_median_of(rows, slow, 'sync_ns'))}"
+        )
+    return "its host, GPU work and syncs do not explain it alone"
+
+
+def _advice(b: RankBalance, rows: dict[int, dict[str, Any]], slow: int) -> str:
+    if b.cause == "host":
+        r = rows[slow]
+        if r["host_between_steps_ns"] >= r["host_wait_ns"] / 2:
+            return (
+                f"Rank {slow}'s host is late between steps: look at its input pipeline (more "
+                "DataLoader workers, pin_memory and prefetching, the same preprocessing on every "
+                "rank) and at chores only it does between steps (logging, checkpointing, "
+                "evaluation)."
+            )
+        return (
+            f"Rank {slow}'s host is slower inside the step: look for CPU work only it does "
+            "(logging, metrics, rank-0 chores) and CPU contention on its cores (other "
+            "processes, too many threads); cutting host work on every rank (torch.compile, "
+            "CUDA graphs, a fused optimizer) helps too."
+        )
+    if b.cause == "gpu":
+        return (
+            f"Give every rank the same work: rank {slow} gets more (uneven shards, longer "
+            "sequences): shard evenly, bucket or pack sequences to equal tokens per rank, "
+            "balance embedding tables; where the work is equal, check its GPU's clocks and "
+            "temperature."
+        )
+    if b.cause == "sync":
+        return (
+            f"Remove the host syncs only rank {slow} makes (.item(), .cpu(), printing or "
+            "logging tensors on one rank) or move them out of the step."
+        )
+    return RankImbalance.advice

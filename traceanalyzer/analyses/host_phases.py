@@ -1,0 +1,131 @@
+"""Where a step's host time goes: the host step cut into phases from the profiler's own
+annotations and operator tree.
+
+Rank stage. Each host step (its marker's range) is cut into elementary segments at every
+boundary of the phases' intervals; a segment belongs to the first phase, in `PHASES` order,
+whose intervals cover it, else to `other`:
+
+- `data_loading`: `enumerate(DataLoader)...` ranges (the loader's `__next__`);
+- `optimizer`: `Optimizer.step#...` and `Optimizer.zero_grad#...` ranges;
+- `backward`: the autograd engine's operators (`autograd::engine::evaluate_function: ...`,
+  on the autograd thread; the main thread waits in `.backward()` meanwhile);
+- `forward`: CPU operators that start before the step's first backward operator (all of
+  them in a step without backward);
+- `other`: the rest of the step: Python between operators, host time the profiler did not
+  record as an operator (a `time.sleep`, an input pipeline without an annotation), and work
+  after the backward pass outside the optimizer.
+
+The phases of a step add up to its host range. Without CPU operators (an Nsight export
+without them, a trace recorded without CPU activity) there are no phases.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceanalyzer.analyses.intervals import in_ranges
+from traceanalyzer.model import Kind, Timeline
+
+#: The phases, by priority where they overlap, then `other`.
+PHASES: tuple[str, ...] = ("data_loading", "optimizer", "backward", "forward")
+ALL_PHASES: tuple[str, ...] = (*PHASES, "other")
+
+_DATA = r"^enumerate\(DataLoader\)"
+_OPTIMIZER = r"^Optimizer\.(?:step|zero_grad)#"
+_BACKWARD = r"^autograd::engine::evaluate_function"
+
+_RANGE_KINDS = [Kind.ANNOTATION.value, Kind.CPU_OP.value]
+
+
+def host_phases(timeline: Timeline, markers: pl.LazyFrame) -> pl.DataFrame:
+    """rank, step, step_ns (the host range), and `<phase>_ns` for ALL_PHASES (adding up to
+    step_ns); no rows without CPU operators. `markers`: rank, step, start_ns, end_ns."""
+    name = pl.col("name").cast(pl.String)
+    host = (
+        timeline.events.lazy()
+        .filter(pl.col("kind").is_in(_RANGE_KINDS))
+        .select("rank", "kind", name=name, start_ns="start_ns", end_ns="end_ns")
+    )
+    steps = markers.select("rank", "step", "start_ns", "end_ns")
+    phased = in_ranges(
+        host.with_columns(
+            phase=pl.when(pl.col("name").str.contains(_DATA))
+            .then(pl.lit("data_loading"))
+            .when(pl.col("name").str.contains(_OPTIMIZER))
+            .then(pl.lit("optimizer"))
+            .when(pl.col("name").str.contains(_BACKWARD))
+            .then(pl.lit("backward"))
+            .when(pl.col("kind") == Kind.CPU_OP.value)
+            .then(pl.lit("forward"))
+        ).filter(pl.col("phase").is_not_null()),
+        steps,
+        "rank",
+    )
+    first_bwd = (
+        phased.filter(pl.col("phase") == "backward")
+        .group_by("rank", "step")
+        .agg(bwd_start=pl.col("start_ns").min())
+    )
+    ranges = steps.rename({"start_ns": "s_start", "end_ns": "s_end"})
+    spans = (
+        phased.join(first_bwd, on=["rank", "step"], how="left")
+        .filter(
+            (pl.col("phase") != "forward")
+            | pl.col("bwd_start").is_null()
+            | (pl.col("start_ns") < pl.col("bwd_start"))
+        )
+        .join(ranges, on=["rank", "step"])
+        .with_columns(
+            start_ns=pl.max_horizontal("start_ns", "s_start"),
+            end_ns=pl.min_horizontal("end_ns", "s_end"),
+        )
+        .filter(pl.col("end_ns") > pl.col("start_ns"))
+    )
+    # every boundary +1/-1 per phase; the step's own start and end bound the segments
+    delta = {p: pl.when(pl.col("phase") == p).then(pl.col("d")).otherwise(0) for p in PHASES}
+    edges = pl.concat(
+        [
+            spans.select("rank", "step", "phase", t="start_ns", d=pl.lit(1)),
+            spans.select("rank", "step", "phase", t="end_ns", d=pl.lit(-1)),
+            ranges.select("rank", "step", phase=pl.lit(None, pl.String), t="s_start", d=pl.lit(0)),
+            ranges.select("rank", "step", phase=pl.lit(None, pl.String), t="s_end", d=pl.lit(0)),
+        ]
+    )
+    cover = (
+        edges.with_columns(**{f"_{p}": delta[p] for p in PHASES})
+        .group_by("rank", "step", "t")
+        .agg(pl.col(f"_{p}").sum() for p in PHASES)
+        .sort("rank", "step", "t")
+        .with_columns(pl.col(f"_{p}").cum_sum().over("rank", "step") for p in PHASES)
+        .with_columns(seg=(pl.col("t").shift(-1).over("rank", "step") - pl.col("t")).fill_null(0))
+    )
+    owner = pl.lit("other")
+    for p in reversed(PHASES):
+        owner = pl.when(pl.col(f"_{p}") > 0).then(pl.lit(p)).otherwise(owner)
+    per_phase = (
+        cover.with_columns(phase=owner)
+        .group_by("rank", "step")
+        .agg(**{f"{p}_ns": pl.col("seg").filter(pl.col("phase") == p).sum() for p in ALL_PHASES})
+    )
+    has_ops = host.filter(pl.col("kind") == Kind.CPU_OP.value).select("rank").unique()
+    return (
+        steps.join(has_ops, on="rank", how="semi")
+        .join(per_phase, on=["rank", "step"], how="left")
+        .select(
+            "rank",
+            "step",
+            step_ns=pl.col("end_ns") - pl.col("start_ns"),
+            **{f"{p}_ns": pl.col(f"{p}_ns").fill_null(0).cast(pl.Int64) for p in ALL_PHASES},
+        )
+        .sort("rank", "step")
+        .collect()
+    )
+
+
+def host_phase_medians(phases: pl.DataFrame, rank: int) -> dict[str, int] | None:
+    """A rank's host time per steady step by phase (medians over its steps; null without
+    CPU operators): analyses/host_phases.py."""
+    mine = phases.filter(pl.col("rank") == rank)
+    if mine.height == 0:
+        return None
+    return {p: round(float(mine[f"{p}_ns"].median() or 0)) for p in ALL_PHASES}  # type: ignore[arg-type]

@@ -80,6 +80,7 @@ class DeviceDict(TypedDict):
     overlap_share: float | None
     comm_wait_ns: int
     tensor_core: TensorCoreDict
+    flops: dict[str, Any] | None
 
 
 class StepDict(TypedDict):
@@ -183,6 +184,9 @@ class VerdictDict(TypedDict):
     step_ns: int | None
     busy_share: float | None
     top_saving_ns: int | None
+    mfu: float | None
+    achieved_tflops: float | None
+    peak_tflops: float | None
 
 
 class QualityDict(TypedDict):
@@ -216,6 +220,7 @@ class Report:
     memory_growth: tuple[dict[str, Any], ...] = ()
     memory_steps: tuple[dict[str, Any], ...] = ()
     matmul_shapes: tuple[dict[str, Any], ...] = ()
+    roofline: tuple[dict[str, Any], ...] = ()
     context: dict[str, Any] | None = None
     verdict: VerdictDict | None = None
 
@@ -237,6 +242,7 @@ class Report:
             "copies": self.copies,
             "memory_bandwidth": self.bandwidth,
             "matmul_shapes": list(self.matmul_shapes),
+            "roofline": list(self.roofline),
             "memory_growth": list(self.memory_growth),
             "memory_steps": list(self.memory_steps),
             "timeline_bins": list(self.timeline_bins),
@@ -265,6 +271,27 @@ def _rank_figures(metrics: Metrics, rank: int) -> dict[str, Any]:
         "comm_bytes": c["bytes"] // row["steps"] if c.get("bytes") and row.get("steps") else None,
         "busbw_gbps": c.get("busbw_gbps"),
         "host_phases": host_phase_medians(metrics.host_phases, rank),
+    }
+
+
+#: The roofline's operators in the JSON and the HTML page: the most kernel time first.
+TOP_ROOFLINE_OPS = 30
+
+
+def _flop_rows(metrics: Metrics) -> dict[tuple[int, int], dict[str, Any]]:
+    """Each device's `flops` entry (docs/report.md): absent (null) without recorded shapes."""
+    return {
+        (r["rank"], r["device"]): {
+            "model_flops_per_step": r["model_flops_per_step"],
+            "achieved_tflops": r["achieved_tflops"],
+            "gemm_tflops": r["gemm_tflops"],
+            "peak_tflops": r["peak_tflops"],
+            "peak_gbps": r["peak_gbps"],
+            "dtype": r["dtype"],
+            "mfu": r["mfu"],
+            "gemm_efficiency": r["gemm_efficiency"],
+        }
+        for r in metrics.flops.devices.iter_rows(named=True)
     }
 
 
@@ -302,6 +329,8 @@ BOUND_BY_CATEGORY: dict[str, str] = {
     # waiting for a slow rank is not communication: TA008 names what bounds the slow rank
     # (`evidence.bound_by`); where it cannot, the job is bound by a mix
     "rank_imbalance": "mixed",
+    # the score tensors go through memory once per kernel: attention bound by bandwidth
+    "unfused_attention": "memory",
 }
 #: Findings that come first in the headline but say nothing of what bounds the job (a copy
 #: is neither host nor compute; cast kernels that take 10-20 % of a GPU-bound step do not
@@ -428,13 +457,48 @@ def verdict(
         if f.severity.rank == 2 and f.category not in {*BOUND_BY_CATEGORY, *HEADLINE_ONLY}
     ]
     facts += [f"also {f.rule} ({f.title})" for f in risks[:1]]
+    mfu, achieved, peak, dtype = job_mfu(devices)
+    how_far = ""
+    if mfu is not None and achieved is not None and peak is not None:
+        how_far = f" at {_share(mfu)} MFU ({_rate(achieved)} of {peak:.0f} TFLOP/s {dtype})"
     return {
-        "headline": f"{BOUND_WORDS[bound]}: " + "; ".join(facts),
+        "headline": f"{BOUND_WORDS[bound]}{how_far}: " + "; ".join(facts),
         "bound_by": bound,
         "step_ns": step,
         "busy_share": busy,
         "top_saving_ns": saving,
+        "mfu": mfu,
+        "achieved_tflops": achieved,
+        "peak_tflops": peak,
     }
+
+
+def _share(x: float) -> str:
+    """A share in the headline: whole percent, two significant digits below 10 %."""
+    return f"{x:.0%}" if x >= 0.1 else f"{x * 100:.2g}%"
+
+
+def _rate(tflops: float) -> str:
+    """TFLOP/s in the headline: whole units, more digits below 10."""
+    return f"{tflops:.0f}" if tflops >= 10 else f"{tflops:.2g}"
+
+
+def job_mfu(
+    devices: Sequence[Mapping[str, Any]],
+) -> tuple[float | None, float | None, float | None, str | None]:
+    """The job's MFU, achieved and peak TFLOP/s per device and the precision they are
+    counted in: the mean over the devices whose FLOPs and peak are known (every GPU of a
+    data-parallel job does the same work); all None where none is."""
+    known = [d["flops"] for d in devices if d.get("flops") and d["flops"]["mfu"] is not None]
+    if not known:
+        return None, None, None, None
+    n = len(known)
+    return (
+        sum(f["mfu"] for f in known) / n,
+        sum(f["achieved_tflops"] for f in known) / n,
+        sum(f["peak_tflops"] for f in known) / n,
+        known[0]["dtype"],
+    )
 
 
 def _step(r: dict[str, Any], *, warmup: bool) -> StepDict:
@@ -480,6 +544,7 @@ def build_report(
 ) -> Report:
     """Assemble the report from the trace's meta, the analyses' results and the findings."""
     names = {(d.rank, d.device): d.name for d in meta.devices}
+    flop_rows = _flop_rows(metrics)
     devices: list[DeviceDict] = [
         {
             "rank": r["rank"],
@@ -508,6 +573,7 @@ def build_report(
                 "share_of_kernel": r["share_of_kernel"],
                 "unknown_ns": r["unknown_ns"] or 0,
             },
+            "flops": flop_rows.get((r["rank"], r["device"])),
         }
         for r in metrics.devices.iter_rows(named=True)
     ]
@@ -620,4 +686,5 @@ def build_report(
         memory_growth=tuple(_rows(metrics.memory_growth)),
         memory_steps=tuple(_rows(metrics.memory_peaks.sort("rank", "device", "step"))),
         matmul_shapes=tuple(_rows(metrics.matmul_shapes.head(TOP_BANDWIDTH_OPS))),
+        roofline=tuple(_rows(metrics.flops.roofline.head(TOP_ROOFLINE_OPS))),
     )

@@ -37,9 +37,8 @@ _BACKWARD = r"^autograd::engine::evaluate_function"
 _RANGE_KINDS = [Kind.ANNOTATION.value, Kind.CPU_OP.value]
 
 
-def host_phases(timeline: Timeline, markers: pl.LazyFrame) -> pl.DataFrame:
-    """rank, step, step_ns (the host range), and `<phase>_ns` for ALL_PHASES (adding up to
-    step_ns); no rows without CPU operators. `markers`: rank, step, start_ns, end_ns."""
+def segments(timeline: Timeline, markers: pl.LazyFrame) -> pl.LazyFrame:
+    """The host steps cut into segments: rank, step, t (start), seg (length), phase."""
     name = pl.col("name").cast(pl.String)
     host = (
         timeline.events.lazy()
@@ -102,12 +101,24 @@ def host_phases(timeline: Timeline, markers: pl.LazyFrame) -> pl.DataFrame:
     owner = pl.lit("other")
     for p in reversed(PHASES):
         owner = pl.when(pl.col(f"_{p}") > 0).then(pl.lit(p)).otherwise(owner)
+    return cover.with_columns(phase=owner).select("rank", "step", "t", "seg", "phase")
+
+
+def host_phases(
+    timeline: Timeline, markers: pl.LazyFrame, segs: pl.LazyFrame | None = None
+) -> pl.DataFrame:
+    """rank, step, step_ns (the host range), and `<phase>_ns` for ALL_PHASES (adding up to
+    step_ns); no rows without CPU operators. `markers`: rank, step, start_ns, end_ns;
+    `segs`: `segments(timeline, markers)` where already made."""
+    steps = markers.select("rank", "step", "start_ns", "end_ns")
     per_phase = (
-        cover.with_columns(phase=owner)
+        (segments(timeline, markers) if segs is None else segs)
         .group_by("rank", "step")
         .agg(**{f"{p}_ns": pl.col("seg").filter(pl.col("phase") == p).sum() for p in ALL_PHASES})
     )
-    has_ops = host.filter(pl.col("kind") == Kind.CPU_OP.value).select("rank").unique()
+    has_ops = (
+        timeline.events.lazy().filter(pl.col("kind") == Kind.CPU_OP.value).select("rank").unique()
+    )
     return (
         steps.join(has_ops, on="rank", how="semi")
         .join(per_phase, on=["rank", "step"], how="left")
@@ -129,3 +140,40 @@ def host_phase_medians(phases: pl.DataFrame, rank: int) -> dict[str, int] | None
     if mine.height == 0:
         return None
     return {p: round(float(mine[f"{p}_ns"].median() or 0)) for p in ALL_PHASES}  # type: ignore[arg-type]
+
+
+#: A kernel shorter than this is tiny: it runs faster than a launch costs the host.
+TINY_KERNEL_NS = 10_000
+
+
+def kernel_phases(segs: pl.LazyFrame, linked: pl.DataFrame) -> pl.DataFrame:
+    """rank, phase, kernels, kernel_ns, tiny (kernels under TINY_KERNEL_NS): the kernels of
+    the steady steps by the phase of the host step in which they were launched (their launch
+    call's start). `segs`: `segments`; `linked`: the GPU work with its launches
+    (windows.linked_work)."""
+    segs = segs.with_columns(t_end=pl.col("t") + pl.col("seg"))
+    launched = (
+        linked.lazy()
+        .filter((pl.col("kind") == Kind.KERNEL.value) & pl.col("launch_ns").is_not_null())
+        .select("rank", "launch_ns", dur=pl.col("end_ns") - pl.col("start_ns"))
+        .sort("launch_ns")
+    )
+    return (
+        launched.join_asof(
+            segs.sort("t"),
+            left_on="launch_ns",
+            right_on="t",
+            by="rank",
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .filter(pl.col("launch_ns") < pl.col("t_end"))
+        .group_by("rank", "phase")
+        .agg(
+            kernels=pl.len().cast(pl.Int64),
+            kernel_ns=pl.col("dur").sum(),
+            tiny=(pl.col("dur") < TINY_KERNEL_NS).sum().cast(pl.Int64),
+        )
+        .sort("rank", "phase")
+        .collect()
+    )

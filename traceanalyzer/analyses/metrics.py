@@ -10,6 +10,7 @@ import polars as pl
 if TYPE_CHECKING:
     from traceanalyzer.analyses.collectives import CollectiveSplit
     from traceanalyzer.analyses.context import RunFacts
+    from traceanalyzer.analyses.flops import Flops
     from traceanalyzer.analyses.imbalance import RankBalance
 
 #: The declared columns of every analysis result, in order: name -> dtype (`pl.Enum` stands
@@ -278,6 +279,27 @@ FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
         "forward_ns": pl.Int64,
         "other_ns": pl.Int64,
     },
+    "kernel_phases": {
+        "rank": pl.Int32,
+        "phase": pl.String,
+        "kernels": pl.Int64,
+        "kernel_ns": pl.Int64,
+        "tiny": pl.Int64,
+    },
+    "attention": {
+        "rank": pl.Int32,
+        "device": pl.Int32,
+        "n": pl.Int64,
+        "t": pl.Int64,
+        "s": pl.Int64,
+        "d": pl.Int64,
+        "causal": pl.Boolean,
+        "backward": pl.Boolean,
+        "ops": pl.Int64,
+        "calls": pl.Int64,
+        "kernel_ns": pl.Int64,
+        "fused_ns": pl.Int64,
+    },
     "excluded_steps": {
         "rank": pl.Int32,
         "step": pl.Int64,
@@ -394,9 +416,16 @@ class Metrics:
     - `collective_split`: every rank's collectives matched across ranks, their time split
       into waiting for peers and transfer, exposed or not, with bytes and bus bandwidth
       (analyses/collectives.py).
+    - `flops`: FLOPs per device and steady step, achieved TFLOP/s, MFU, and the roofline of
+      the matrix and attention operators (analyses/flops.py).
     - `host_phases`: rank, step, step_ns and `<phase>_ns` of each steady host step: where
       the host's time goes (data_loading, optimizer, backward, forward, other;
       analyses/host_phases.py; empty without CPU operators).
+    - `kernel_phases`: rank, phase, kernels, kernel_ns, tiny: the steady steps' kernels by
+      the host phase that launched them (host_phases.kernel_phases).
+    - `attention`: rank, device, n, t, s, d, causal, backward, ops, calls, kernel_ns,
+      fused_ns: attention computed by hand over n x T x S score tensors
+      (analyses/attention.py).
     - `balance`: the ranks' own times per steady step, the slowest rank, why, and the price
       of the imbalance (analyses/imbalance.py).
     """
@@ -437,7 +466,10 @@ class Metrics:
     outside_window: pl.DataFrame
     facts: RunFacts
     collective_split: CollectiveSplit
+    flops: Flops
     host_phases: pl.DataFrame
+    kernel_phases: pl.DataFrame
+    attention: pl.DataFrame
     balance: RankBalance
 
     def __post_init__(self) -> None:

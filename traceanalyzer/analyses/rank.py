@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from traceanalyzer.analyses import (
+    attention,
     bandwidth,
     classify,
     clock,
@@ -29,6 +30,7 @@ from traceanalyzer.analyses import (
     copies,
     critical_path,
     devices,
+    flops,
     gemm_units,
     host_phases,
     idle,
@@ -302,6 +304,7 @@ def _reduce(
     )
     in_windows = w.kernels
     small_count, small_ns = kernels.small_totals(in_windows)
+    segs = host_phases.segments(timeline, w.markers).collect().lazy()  # phases, kernels by phase
     frames = {
         "windows": w.wins,
         "devices": dev,
@@ -322,7 +325,10 @@ def _reduce(
         ).select(COMM_COLUMNS),
         "comm_compute": collectives.compute_near_comm(in_windows),
         "host_blocked": imbalance.host_blocked(w.linked, w.syncs, _host_ranges(w)),
-        "host_phases": host_phases.host_phases(timeline, w.markers),
+        "host_phases": host_phases.host_phases(timeline, w.markers, segs),
+        "kernel_phases": host_phases.kernel_phases(segs, w.linked),
+        "op_flops": flops.op_flops(timeline, in_windows),
+        "attention": attention.unfused_attention(timeline, in_windows),
         "timeline_bins": idle.timeline_bins(w.gaps, w.wins),
         "bandwidth": bandwidth.memory_bound_bandwidth(timeline, in_windows, timeline.meta.devices),
         "matmul_shapes": shapes.matmul_shapes(timeline, in_windows),

@@ -370,3 +370,31 @@ def overlap_figure(
         ax.set_xlabel("communication time (ms)")
         ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=2, frameon=False)
     return fig
+
+
+def roofline_figure(
+    points: Sequence[Mapping[str, Any]], roofs: Sequence[tuple[str, float, float]]
+) -> Figure:
+    """A log-log roofline: each operator (FLOPs per byte, achieved TFLOP/s), sized by its
+    kernel time; each roof (label, peak TFLOP/s, peak bandwidth GB/s) drawn as the line
+    min(peak, intensity x bandwidth)."""
+    with matplotlib.rc_context(SVG_RC):
+        fig = Figure(figsize=(10, 4.2), layout="constrained")
+        ax = fig.add_subplot()
+        x = np.array([float(p["intensity"]) for p in points])
+        y = np.array([float(p["achieved_tflops"]) for p in points])
+        ns = np.array([float(p["kernel_ns"]) for p in points])
+        size = 20 + 400 * ns / ns.max() if len(ns) and ns.max() > 0 else 20
+        lo = max(min(x.min() if len(x) else 1.0, 1.0) / 2, 1e-2)
+        hi = max(x.max() if len(x) else 1e3, 1e3) * 2
+        grid = np.geomspace(lo, hi, 200)
+        for label, peak, bw in roofs:
+            ax.plot(grid, np.minimum(peak, grid * bw / 1e3), linewidth=1.2, label=label)
+        ax.scatter(x, y, s=size, alpha=0.6, color="#4e79a7", edgecolors="#2b4a6b")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("arithmetic intensity (FLOPs per byte)")
+        ax.set_ylabel("achieved TFLOP/s")
+        if roofs:
+            ax.legend(loc="lower right", frameon=False)
+    return fig

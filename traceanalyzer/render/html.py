@@ -428,6 +428,21 @@ def _memory_chart(r: Report) -> Markup | None:
     return _svg(figures.memory_figure(series, None if capacity is None else capacity / 1e9))
 
 
+def _roofline(r: Report) -> Markup | None:
+    """The roofline of the heaviest operators, with the roof of each device kind and
+    precision the job ran at; None without FLOPs."""
+    points = [o for o in r.roofline if o["achieved_tflops"] and o["intensity"]]
+    if not points:
+        return None
+    roofs: dict[str, tuple[str, float, float]] = {}
+    for d in r.devices:
+        f = d.get("flops")
+        if f and f["peak_tflops"] and f["peak_gbps"]:
+            label = f"{d['name'] or 'GPU'} {f['dtype']} roof"
+            roofs.setdefault(label, (label, f["peak_tflops"], f["peak_gbps"]))
+    return _svg(figures.roofline_figure(points, list(roofs.values())))
+
+
 def _figures(r: Report) -> dict[str, Markup | None]:
     strips = _strips(r)
     t0 = r.window["start_ns"] or 0
@@ -482,6 +497,7 @@ def _figures(r: Report) -> dict[str, Markup | None]:
         "steps": _step_chart(r),
         "critical_path": _critical_path_chart(r),
         "memory": _memory_chart(r),
+        "roofline": _roofline(r),
     }
 
 

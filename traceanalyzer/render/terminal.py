@@ -176,6 +176,7 @@ def _lines(r: Report, width: int = PLAIN_WIDTH) -> list[str]:
     lines += _rank_lines(r)
     lines += _comm_lines(r)
     lines += _tensor_core_lines(r)
+    lines += _flops_lines(r)
     k = r.kernels
     lines += ["", "Kernel time by class"]
     for c in k["classes"]:
@@ -317,6 +318,42 @@ def _comm_lines(r: Report) -> list[str]:
         waits = ", ".join(f"rank {x['rank']} {duration(x['wait_ns'])}" for x in ranks)
         lines.append(f"  waiting inside collectives: {waits}; slowest rank: {slow}")
     return lines
+
+
+def _flops_lines(r: Report) -> list[str]:
+    """FLOPs per step, achieved TFLOP/s and MFU per device, and the heaviest operators
+    against their roof (from recorded shapes; nothing without them)."""
+    rows = [d for d in r.devices if d.get("flops")]
+    if not rows:
+        return []
+    lines = ["", "FLOPs (matrix and attention operators, from recorded shapes)"]
+    lines.append(
+        f"  {'rank':>4} {'dev':>3}  {'FLOPs/step':>10} {'achieved':>10} {'GEMM rate':>10}"
+        f" {'peak':>10} {'MFU':>6} {'GEMM eff.':>9}"
+    )
+    for d in rows:
+        f = d["flops"]
+        assert f is not None
+        peak = "unknown" if f["peak_tflops"] is None else f"{f['peak_tflops']:.0f} {f['dtype']}"
+        lines.append(
+            f"  {d['rank']:>4} {d['device']:>3}  {f['model_flops_per_step'] / 1e12:>8.2f} TF"
+            f" {f['achieved_tflops']:>5.0f} TF/s {_tf(f['gemm_tflops']):>10} {peak:>10}"
+            f" {percent(f['mfu']):>6} {percent(f['gemm_efficiency']):>9}"
+        )
+    if r.roofline:
+        lines.append("  heaviest operators (achieved against the roof of their GPU and precision):")
+        for o in r.roofline[:5]:
+            roof = "" if o["roof_tflops"] is None else f" of {o['roof_tflops']:.0f} TF/s roof"
+            lines.append(
+                f"    {duration(o['kernel_ns']):>10}  rank {o['rank']}"
+                f" {printable(o['op_name'], 40)} {o['precision']} {o['shape']}:"
+                f" {_tf(o['achieved_tflops'])}{roof}"
+            )
+    return lines
+
+
+def _tf(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0f} TF/s"
 
 
 def _tensor_core_lines(r: Report) -> list[str]:

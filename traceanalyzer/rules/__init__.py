@@ -29,6 +29,7 @@ from traceanalyzer.rules.ta009_pageable_memcpy import PageableMemcpy
 from traceanalyzer.rules.ta010_dtype_casts import DtypeCasts
 from traceanalyzer.rules.ta011_memory_growth import MemoryGrowth
 from traceanalyzer.rules.ta012_trace_quality import TraceQuality
+from traceanalyzer.rules.ta013_unfused_attention import UnfusedAttention
 
 ALL_RULES: list[type[Rule]] = [
     GpuStarvation,
@@ -43,6 +44,7 @@ ALL_RULES: list[type[Rule]] = [
     DtypeCasts,
     MemoryGrowth,
     TraceQuality,
+    UnfusedAttention,
 ]
 
 

@@ -79,6 +79,20 @@ def host_phase(ctx: Context, phase: str, ns: int) -> str | None:
     return None
 
 
+def tiny_optimizer_kernels(ctx: Context, share: float) -> str:
+    """Next steps where most tiny kernels come from optimizer.step (a per-parameter loop)."""
+    if ctx.run.get("fused_optimizer") is True:
+        return (
+            f"{share:.0%} of the tiny kernels come from optimizer.step although it is fused: "
+            "compile it (torch.compile of optimizer.step) or capture it in a CUDA graph."
+        )
+    return (
+        f"{share:.0%} of the tiny kernels come from optimizer.step, a kernel or more per "
+        "parameter tensor: use a fused optimizer (torch.optim.AdamW(fused=True): one kernel "
+        "for every parameter) or foreach=True, or compile the step."
+    )
+
+
 def input_pipeline(ctx: Context) -> str:
     """Next steps against waits between steps (the input pipeline)."""
     workers = ctx.run.get("dataloader_workers")

@@ -32,6 +32,7 @@ CATEGORIES = (
     "dtype_casts",
     "memory_growth",
     "trace_quality",
+    "unfused_attention",
 )
 #: A fix that saves at least this share of step time is critical / a warning; less is info.
 CRITICAL_SHARE = 0.30

@@ -6,6 +6,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+import polars as pl
+
 from traceanalyzer.rules import advice as advise
 from traceanalyzer.rules.base import (
     Context,
@@ -48,6 +50,11 @@ class LaunchOverhead(Rule):
     fused operators (fused optimizers, fused layer norms), and larger batches so each kernel
     does more work. Move per-element Python loops into tensor operations.
 
+    Where at least half of the rank's tiny kernels are launched inside `optimizer.step`
+    (analyses/host_phases.py attributes each kernel to the phase of the host step that
+    launched it), the optimizer's per-parameter loop is named and the advice is a fused
+    optimizer.
+
     ## Known false positives
     Profiler overhead inflates host time per launch (stacks and shapes recording most), so
     the gaps look longer than in an unprofiled run. Short gaps after a host-side sync that
@@ -56,7 +63,8 @@ class LaunchOverhead(Rule):
     ## Impact estimate
     The impact is the critical path's `host_gaps_closed` what-if (host time costing nothing),
     capped by the launch-overhead idle per step: removing launch overhead cannot save more
-    than the GPU waited for launches.
+    than the GPU waited for launches. Where the optimizer's tiny kernels lead and the advice
+    is a fused optimizer, the impact is their share of it: what that fix removes.
     """
 
     code = "TA003"
@@ -109,11 +117,23 @@ class LaunchOverhead(Rule):
                     f"launch gaps, {inside / window:.0%} in longer waits for the host between "
                     "its kernels)"
                 )
+            impact = _impact(ctx, d["rank"], d["device"], launch)
+            advice = advise.host_overhead(ctx)
+            origin = _optimizer_share(ctx, d["rank"])
+            from_optimizer = ""
+            if origin is not None and origin >= OPTIMIZER_SHARE:
+                # the fix is the optimizer's: it saves those launches' share
+                from_optimizer = (
+                    f"; {origin:.0%} of its tiny kernels come from optimizer.step, one per "
+                    "parameter tensor"
+                )
+                advice = advise.tiny_optimizer_kernels(ctx, origin)
+                impact = None if impact is None else round(impact * origin)
             yield self.finding(
                 ctx,
                 f"rank {d['rank']} GPU {d['device']}: idle {share:.0%} of a "
                 f"{window / 1e6:.1f} ms window {where}; "
-                f"{count} kernels averaging {mean_kernel / 1e3:.1f} µs",
+                f"{count} kernels averaging {mean_kernel / 1e3:.1f} µs" + from_optimizer,
                 {
                     "window_ns": window,
                     "launch_overhead_ns": launch,
@@ -124,12 +144,29 @@ class LaunchOverhead(Rule):
                     "mean_kernel_ns": mean_kernel,
                     "small_kernel_count_share": ctx.metrics.small_kernel_count_share,
                     "small_kernel_time_share": ctx.metrics.small_kernel_time_share,
+                    "tiny_kernel_share_from_optimizer": origin,
                     "threshold_share": t.min_launch_idle_share,
                 },
                 Scope(d["rank"], d["device"]),
-                _impact(ctx, d["rank"], d["device"], launch),
-                advise.host_overhead(ctx),
+                impact,
+                advice,
             )
+
+
+#: Where at least this share of a rank's tiny kernels were launched inside optimizer.step,
+#: the optimizer's per-parameter loop is the launch overhead to fix first.
+OPTIMIZER_SHARE = 0.5
+
+
+def _optimizer_share(ctx: Context, rank: int) -> float | None:
+    """The share of the rank's tiny kernels (steady steps) launched inside optimizer.step
+    (analyses/host_phases.kernel_phases); None where the trace has no CPU operators."""
+    rows = ctx.metrics.kernel_phases.filter(pl.col("rank") == rank)
+    tiny = int(rows["tiny"].sum() or 0)
+    if not tiny:
+        return None
+    opt = int(rows.filter(pl.col("phase") == "optimizer")["tiny"].sum() or 0)
+    return opt / tiny
 
 
 def _impact(ctx: Context, rank: int, device: int, launch_ns: int) -> int | None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 
+import polars as pl
+
 from traceanalyzer.rules.base import Context
 
 
@@ -32,6 +34,13 @@ def host_overhead(ctx: Context) -> str:
             "host tensor work out of the loop."
         )
     graphs = "HIP graphs" if ctx.amd else "CUDA graphs"
+    if decoding(ctx):
+        return (
+            "The run decodes a few tokens at a time (no optimizer; most GEMM time in products "
+            "of under 8 rows): the GPU waits for Python between tiny kernels. Use a static KV "
+            f'cache with torch.compile(mode="reduce-overhead") ({graphs} replay the step), '
+            "and batch requests (continuous batching) so each step does more work."
+        )
     if ctx.run.get("torch_compile") == "partial":
         return (
             "Only a small part of the model is compiled: compile the whole model "
@@ -48,6 +57,23 @@ def host_overhead(ctx: Context) -> str:
         f'Cut Python and CPU-side work between launches: torch.compile (mode="reduce-overhead" '
         f"adds {graphs}), fewer host round trips, no host tensor work in the loop." + fsdp
     )
+
+
+#: Decoding: most GEMM time in products of fewer rows than this (tokens being decoded).
+DECODE_ROWS = 8
+
+
+def decoding(ctx: Context) -> bool:
+    """Whether the run decodes: no optimizer recorded, and most of the GEMM time with
+    recorded shapes in products of fewer than DECODE_ROWS rows."""
+    if ctx.run.get("fused_optimizer") is not None:
+        return False
+    shapes = ctx.metrics.matmul_shapes
+    total = int(shapes["kernel_ns"].sum() or 0)
+    if not total:
+        return False
+    few = int(shapes.filter(pl.col("m") < DECODE_ROWS)["kernel_ns"].sum() or 0)
+    return few > total / 2
 
 
 def host_phase(ctx: Context, phase: str, ns: int) -> str | None:

@@ -8,7 +8,7 @@ import pytest
 
 from tests.conftest import SAMPLES, corpus
 from traceanalyzer import api
-from traceanalyzer.compare import compare, load_report
+from traceanalyzer.comparison import compare, load_report
 from traceanalyzer.render.compare import render_text
 
 

@@ -28,7 +28,7 @@ from traceanalyzer import batch as batch_mod
 from traceanalyzer import parallel, termination
 from traceanalyzer.batch import Options, run_batch
 from traceanalyzer.cli import cli
-from traceanalyzer.compare import load_report
+from traceanalyzer.comparison import load_report
 from traceanalyzer.config import load_settings
 from traceanalyzer.errors import ConfigError, NoGpuEventsError, TraceFormatError
 from traceanalyzer.readers import read

@@ -56,19 +56,58 @@ def report(
     A folder of per-rank traces is reduced rank by rank (`ranks.analyze_folder`): each rank
     read and analysed alone in `jobs` worker processes (default: all cores; 1: one after
     the other, here), or on the dask.distributed scheduler at `dask_scheduler`."""
-    opts = Options(top_n, step_pattern, launch_gap_max_ns, all_steps)
-    if ranks.is_rank_folder(Path(path)):
-        with stage("read and analyze ranks"):
-            meta, metrics = ranks.analyze_folder(Path(path), opts, jobs, dask_scheduler)
-        return diagnose(meta, metrics, settings)
-    return run(
-        load(path, export_dir),
+    return analyze_path(
+        path,
         top_n=top_n,
         step_pattern=step_pattern,
         launch_gap_max_ns=launch_gap_max_ns,
         settings=settings,
         all_steps=all_steps,
+        export_dir=export_dir,
+        jobs=jobs,
+        dask_scheduler=dask_scheduler,
     ).report
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """What `analyze_path` made: the trace's meta, the metrics, the report, and the timeline
+    where it was read whole (one file; None for a folder reduced rank by rank)."""
+
+    meta: TraceMeta
+    metrics: Metrics
+    report: Report
+    timeline: Timeline | None
+
+
+def analyze_path(
+    path: str | Path,
+    *,
+    top_n: int = DEFAULT_TOP_KERNELS,
+    step_pattern: str | None = None,
+    launch_gap_max_ns: int = LAUNCH_GAP_MAX_NS,
+    settings: Settings | None = None,
+    all_steps: bool = False,
+    export_dir: Path | None = None,
+    jobs: int | None = None,
+    dask_scheduler: str | None = None,
+) -> Done:
+    """`report`'s pipeline, keeping what it made (the notebook API's `analyze`)."""
+    opts = Options(top_n, step_pattern, launch_gap_max_ns, all_steps)
+    if ranks.is_rank_folder(Path(path)):
+        with stage("read and analyze ranks"):
+            meta, metrics = ranks.analyze_folder(Path(path), opts, jobs, dask_scheduler)
+        return Done(meta, metrics, diagnose(meta, metrics, settings), None)
+    timeline = load(path, export_dir)
+    done = run(
+        timeline,
+        top_n=top_n,
+        step_pattern=step_pattern,
+        launch_gap_max_ns=launch_gap_max_ns,
+        settings=settings,
+        all_steps=all_steps,
+    )
+    return Done(timeline.meta, done.metrics, done.report, timeline)
 
 
 def run(
@@ -160,4 +199,15 @@ def write(rep: Report, fmt: str | None = None, out: str | None = None) -> None:
         write_report(rep, pick(fmt, out), out)
 
 
-__all__ = ["Analysis", "analyze", "build_report", "gate", "load", "report", "run", "write"]
+__all__ = [
+    "Analysis",
+    "Done",
+    "analyze",
+    "analyze_path",
+    "build_report",
+    "gate",
+    "load",
+    "report",
+    "run",
+    "write",
+]

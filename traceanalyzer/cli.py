@@ -18,8 +18,8 @@ import polars as pl
 
 from traceanalyzer import __version__, api, termination, timings
 from traceanalyzer.batch import Options, write_summary
-from traceanalyzer.compare import compare as compare_reports
-from traceanalyzer.compare import load_report
+from traceanalyzer.comparison import compare as compare_reports
+from traceanalyzer.comparison import load_report
 from traceanalyzer.config import SEVERITIES, load_settings
 from traceanalyzer.errors import TraceAnalyzerError
 from traceanalyzer.model.schema import schema_markdown

@@ -115,3 +115,28 @@ def test_no_shapes_no_flops() -> None:
     rep = api.report(SAMPLES / "tiny_kernels.json.gz")
     assert all(d["flops"] is None for d in rep.devices)
     assert rep.verdict is not None and rep.verdict["mfu"] is None
+
+
+def test_grouped_mm_flops(tmp_path: Path) -> None:
+    """A mixture-of-experts product: 96 rows stacked over 4 experts of 64 x 128: 2 M N K."""
+    from traceanalyzer.rules.examples import cpu_op, kernel, launch, step, write_example
+
+    dims = [[96, 64], [4, 64, 128], [4]]
+    events = [
+        step(1, 100, 400),
+        cpu_op(
+            105,
+            20,
+            "aten::_grouped_mm",
+            **{
+                "External id": 1,
+                "Input Dims": dims,
+                "Input type": ["c10::BFloat16", "c10::BFloat16", "int"],
+            },
+        ),
+        launch(106, 2, 1),
+        kernel(120, 50, "sm90_xmma_gemm_bf16bf16_bf16f32_grouped", corr=1),
+    ]
+    m = analyze(read(write_example(events, tmp_path, "moe")))
+    (row,) = m.flops.devices.iter_rows(named=True)
+    assert row["model_flops_per_step"] == 2 * 96 * 128 * 64

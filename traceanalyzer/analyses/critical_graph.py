@@ -99,12 +99,17 @@ class GraphTables:
     (rank), role, work_kind, slack_kind, binding, weight_ns, work_part_ns, slack_part_ns,
     sorted by u then v (see the module docstring).
     `jobs`: step, job (the node id of the step's job source).
+    `nodes` (only where asked for: `build_tables(with_nodes=True)`): node, kind (gpu_start,
+    gpu_end, host, step_start, step_end, arrival, job), rank, step, name (a GPU operation's;
+    a host point's label: which call or event it is), device, stream, pid, tid, time_ns
+    (the rank's clock; an arrival's on the first rank's).
     """
 
     windows: pl.DataFrame
     edges: pl.DataFrame
     jobs: pl.DataFrame
     node_count: int
+    nodes: pl.DataFrame | None = None
 
 
 #: The edge kind a kernel class's time is charged to.
@@ -348,11 +353,13 @@ def build_tables(
     *,
     cross_stream_max_ns: int = CROSS_STREAM_MAX_NS,
     windows: pl.DataFrame | None = None,
+    with_nodes: bool = False,
 ) -> GraphTables:
     """Build the node and edge tables of every step's graph (see the module docstring) from
     the inputs of every rank of the job (`graph_inputs`). `windows`: the steps' windows where
     already made (`input_windows` over more steps than `inputs` holds: the steps' graphs
-    share no node, so a job's steps can be built and solved a few at a time)."""
+    share no node, so a job's steps can be built and solved a few at a time). `with_nodes`:
+    also the table of what each node is (`GraphTables.nodes`: for a graph to explore)."""
     markers = inputs.markers
     raw_ops = _stepped(inputs.ops)
     if windows is None:
@@ -398,12 +405,12 @@ def build_tables(
     )
     pkey = ["rank", "step", "pid", "tid"]
     ends = [
-        launched.select(*pkey, t="launch_at"),
-        launched.select(*pkey, t="launch_done"),
-        sync_calls.select(*pkey, t="start_ns"),
-        sync_calls.select(*pkey, t="end_ns"),
-        spans.select(*pkey, t="first"),
-        spans.select(*pkey, t="last"),
+        launched.select(*pkey, t="launch_at", label=pl.lit("launch call")),
+        launched.select(*pkey, t="launch_done", label=pl.lit("launch call end")),
+        sync_calls.select(*pkey, t="start_ns", label=pl.lit("sync call")),
+        sync_calls.select(*pkey, t="end_ns", label=pl.lit("sync call end")),
+        spans.select(*pkey, t="first", label=pl.lit("thread's first event")),
+        spans.select(*pkey, t="last", label=pl.lit("thread's last event")),
     ]
     ordered = (
         pl.concat(ends)
@@ -419,9 +426,11 @@ def build_tables(
         # one took 0.5 s longer over them)
         .collect(engine="in-memory")
     )
-    points = ordered.filter(pl.col("new")).select(*pkey, "t", "j")
+    points = ordered.filter(pl.col("new")).select(*pkey, "t", "j", "label")
     first_point = ids.take("host_points", points.height)
     points = points.with_columns(node=first_point + pl.col("j")).drop("j")
+    labels = points.select("node", "label") if with_nodes else None
+    points = points.drop("label")
     # each launch's and each sync call's end point, by the rows the points came from: the
     # edges that start or end there need no join on the five keys (0.4 s at 10^6 kernels)
     node_of = pl.repeat(0, ordered.height, dtype=pl.Int64, eager=True).scatter(
@@ -501,6 +510,11 @@ def build_tables(
             .sort(pl.col("u") * (1 << 32) + pl.col("v"), maintain_order=True)
             .collect(engine="in-memory")
         )
+    nodes = (
+        _node_table(ops, points, labels, wins, coll, jobs)  # type: ignore[arg-type]
+        if with_nodes
+        else None
+    )
     # the node tables are done with: freed before the edges get their weights (at 10^6
     # kernels they are a few hundred MB)
     del raw_ops, ops, launched, points, spans, sync_calls, threads, coll, comm, ref
@@ -513,4 +527,96 @@ def build_tables(
         edges=edges,
         jobs=jobs,
         node_count=node_count,
+        nodes=nodes,
     )
+
+
+def _node_table(
+    ops: pl.DataFrame,
+    points: pl.DataFrame,
+    labels: pl.DataFrame,
+    wins: pl.DataFrame,
+    coll: pl.DataFrame,
+    jobs: pl.DataFrame,
+) -> pl.DataFrame:
+    """What each node of the graph is (`GraphTables.nodes`)."""
+    cols = {
+        "node": pl.Int64,
+        "kind": pl.String,
+        "rank": pl.Int32,
+        "step": pl.Int64,
+        "name": pl.String,
+        "device": pl.Int32,
+        "stream": pl.Int64,
+        "pid": pl.Int64,
+        "tid": pl.Int64,
+        "time_ns": pl.Int64,
+    }
+
+    def part(frame: pl.DataFrame, **exprs: pl.Expr) -> pl.DataFrame:
+        return frame.select(**{c: exprs.get(c, pl.lit(None)).cast(t) for c, t in cols.items()})
+
+    gpu = {
+        "rank": pl.col("rank"),
+        "step": pl.col("step"),
+        "name": pl.col("name").cast(pl.String),
+        "device": pl.col("device"),
+        "stream": pl.col("stream"),
+    }
+    host = points.join(labels, on="node")
+    return pl.concat(
+        [
+            part(
+                ops,
+                node=pl.col("start_node"),
+                kind=pl.lit("gpu_start"),
+                time_ns=pl.col("start_ns"),
+                **gpu,
+            ),
+            part(
+                ops,
+                node=pl.col("end_node"),
+                kind=pl.lit("gpu_end"),
+                time_ns=pl.col("end_ns"),
+                **gpu,
+            ),
+            part(
+                host,
+                node=pl.col("node"),
+                kind=pl.lit("host"),
+                rank=pl.col("rank"),
+                step=pl.col("step"),
+                name=pl.col("label"),
+                pid=pl.col("pid"),
+                tid=pl.col("tid"),
+                time_ns=pl.col("t"),
+            ),
+            part(
+                wins,
+                node=pl.col("source"),
+                kind=pl.lit("step_start"),
+                rank=pl.col("rank"),
+                step=pl.col("step"),
+                name=pl.col("name"),
+                time_ns=pl.col("start_ns"),
+            ),
+            part(
+                wins,
+                node=pl.col("sink"),
+                kind=pl.lit("step_end"),
+                rank=pl.col("rank"),
+                step=pl.col("step"),
+                name=pl.col("name"),
+                time_ns=pl.col("end_ns"),
+            ),
+            part(
+                coll.unique("arrive", keep="first").sort("arrive"),
+                node=pl.col("arrive"),
+                kind=pl.lit("arrival"),
+                step=pl.col("step"),
+                name=pl.col("coll").cast(pl.String),
+                time_ns=pl.col("arrive_t"),
+            ),
+            part(jobs, node=pl.col("job"), kind=pl.lit("job"), step=pl.col("step")),
+        ]
+    ).sort("node")

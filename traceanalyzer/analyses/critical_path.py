@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
@@ -47,6 +48,11 @@ from traceanalyzer.analyses.critical_graph import (
 from traceanalyzer.analyses.devices import share
 from traceanalyzer.analyses.longest_path import I64
 from traceanalyzer.model import Timeline
+
+if TYPE_CHECKING:
+    import networkx as nx
+
+    from traceanalyzer.analyses.metrics import Metrics
 
 #: The contract's `by_kind` keys, in order.
 PATH_KINDS: tuple[str, ...] = ("gpu_compute", "comm", "copy", "cpu", "sync_wait", "idle")
@@ -480,3 +486,91 @@ def _empty() -> CriticalPaths:
     return CriticalPaths(
         steps=pl.DataFrame(schema=cols), what_if=pl.DataFrame(schema=what_if), path=_empty_path()
     )
+
+
+def step_digraph(
+    timeline: Timeline,
+    metrics: Metrics,
+    rank: int,
+    step: int,
+    *,
+    step_pattern: str | None = None,
+) -> nx.DiGraph:
+    """The graph of one analysed step (every rank's part of it) as a networkx.DiGraph, its
+    longest path marked (see `notebook.Analysis.critical_path` for the attributes).
+
+    Built again from the timeline, as the analysis built it: the markers of the steps whose
+    paths were solved (`metrics.critical_steps`, every rank), their windows over all of
+    them (steps tile time), the graph of `step` alone, solved with the recorded weights.
+    Where two edges join the same two nodes, the one of larger weight is kept (the longest
+    path takes it)."""
+    import networkx as nx
+
+    from traceanalyzer.analyses import idle, windows
+    from traceanalyzer.analyses.critical_graph import in_steps
+
+    pattern = step_pattern or windows.default_step_pattern(timeline.meta.format)
+    solved = metrics.critical_steps.select("rank", "step")
+    markers = (
+        windows.step_markers(timeline, pattern)
+        .collect()
+        .join(solved, on=["rank", "step"], how="semi")
+    )
+    syncs = idle.sync_calls(timeline).collect()
+    found = graph_inputs(timeline, markers, syncs)
+    wins = input_windows(found)
+    tables = build_tables(
+        in_steps(found, pl.Series([step], dtype=pl.Int64)), windows=wins, with_nodes=True
+    )
+    arrays = longest_path.Edges.of(tables.edges)
+    n = tables.node_count
+    sources = tables.jobs["job"].to_numpy()
+    order = longest_path.topological_edges(arrays.u, arrays.v, n)
+    dist, pred = longest_path.longest(
+        order, arrays, weighting(Scenario("as_recorded", ())), n, sources
+    )
+    win = tables.windows.filter((pl.col("rank") == rank) & (pl.col("step") == step))
+    if win.height == 0:
+        raise ValueError(f"step {step} of rank {rank} has no window in the graph")
+    w = win.row(0, named=True)
+    job = int(tables.jobs.filter(pl.col("step") == step)["job"][0])
+    lo, hi = int(dist[w["source"]]), int(dist[w["sink"]])
+    on_path = set(longest_path.walk(pred, arrays.u, dist, w["sink"], job, lo).tolist())
+    edges = tables.edges.with_row_index("e").with_columns(
+        on_path=pl.col("e").is_in(list(on_path)),
+        role=pl.col("role").cast(pl.String),
+        work_kind=pl.col("work_kind").cast(pl.String),
+        slack_kind=pl.col("slack_kind").cast(pl.String),
+    )
+    g = nx.DiGraph(rank=rank, step=step, path_ns=hi - lo, source=w["source"], sink=w["sink"])
+    nodes = tables.nodes
+    assert nodes is not None
+    for row in nodes.iter_rows(named=True):
+        node = row.pop("node")
+        t = dist[node]
+        g.add_node(node, **row, t_ns=None if t == longest_path.NEG else int(t - lo))
+    any_on = edges.group_by("u", "v").agg(pl.col("on_path").any().alias("_on"))
+    keep = (
+        edges.sort("weight_ns")
+        .unique(["u", "v"], keep="last", maintain_order=True)
+        .join(any_on, on=["u", "v"])
+    )
+    for row in keep.iter_rows(named=True):
+        g.add_edge(
+            row["u"],
+            row["v"],
+            role=row["role"],
+            owner=row["owner"],
+            work_kind=row["work_kind"],
+            slack_kind=row["slack_kind"],
+            weight_ns=int(row["weight_ns"]),
+            binding=bool(row["binding"]),
+            on_path=bool(row["_on"]),
+        )
+    path = [w["source"]] if not on_path else []
+    for e in sorted(on_path, key=lambda e: dist[arrays.v[e]]):
+        if not path:
+            path.append(int(arrays.u[e]))
+        path.append(int(arrays.v[e]))
+    g.graph["path"] = path
+    return g

@@ -8,6 +8,8 @@ FLOPs of one call, from its inputs' shapes (a multiply-add is two FLOPs):
 
 - `aten::mm(A[M,K], B[K,N])`, `aten::addmm(bias, A, B)`, `aten::_scaled_mm(A, B)` (FP8):
   2·M·N·K; `aten::bmm(A[b,M,K], B[b,K,N])`, `aten::baddbmm(C, A, B)`: 2·b·M·N·K;
+  `aten::_grouped_mm(A[M,K], B[G,K,N])` (the groups' rows stacked in A): 2·M·N·K, and with a
+  3-D A as bmm;
   `aten::linear(x[..., K], W[N, K])`: 2·M·N·K with M the product of x's leading dimensions;
 - fused attention, forward (`aten::_cudnn_attention_forward`, `_flash_attention_forward`,
   `_efficient_attention_forward`, `_scaled_dot_product_{flash,efficient,cudnn}_attention`):
@@ -81,6 +83,7 @@ _GEMM_OPS = {
     "aten::bmm": (0, "bmm"),
     "aten::baddbmm": (1, "bmm"),
     "aten::linear": (0, "linear"),
+    "aten::_grouped_mm": (0, "grouped"),
 }
 #: Attention operators: (index of Q among the inputs, layout, FLOPs factor over 4·B·H·T·S·D).
 _ATTENTION_OPS = {
@@ -123,7 +126,11 @@ def _gemm_columns() -> dict[str, pl.Expr]:
     first = d.list.get(a_at, null_on_oob=True)
     second = d.list.get(a_at + 1, null_on_oob=True)
     linear = name == "aten::linear"
-    batched = name.is_in(["aten::bmm", "aten::baddbmm"])
+    # a grouped product of a 2-D A (the groups' rows stacked) by a 3-D B is 2 M N K in all;
+    # of a 3-D A, one product per group, as bmm
+    batched = name.is_in(["aten::bmm", "aten::baddbmm"]) | (
+        (name == "aten::_grouped_mm") & (first.list.len() == 3)
+    )
     lead = first.list.head(first.list.len() - 1).list.eval(pl.element().product()).list.first()
     m = pl.when(linear).then(lead).otherwise(first.list.get(-2, null_on_oob=True))
     k = first.list.get(-1, null_on_oob=True)

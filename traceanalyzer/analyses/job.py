@@ -153,6 +153,7 @@ def _merge(
         ),
         top_kernels=kernels.top_of(_concat(parts, "kernel_names"), opts.top_n),
         kernel_classes=kernels.classes_of(_concat(parts, "kernel_classes")),
+        kernel_names=_all_names(_concat(parts, "kernel_names")),
         kernel_count=count,
         kernel_total_ns=total,
         small_kernel_count_share=small_count / count if count else None,
@@ -196,6 +197,14 @@ def _merge(
         warmup_steps=_concat(parts, "warmup_steps"),
         outside_window=_concat(parts, "outside_window"),
         facts=context.RunFacts.merge([p.facts for p in parts]),
+    )
+
+
+def _all_names(names: pl.DataFrame) -> pl.DataFrame:
+    """Every kernel name's totals (top_of with no limit), the name as text."""
+    every = kernels.top_of(names, max(names.height, 1))
+    return every.with_columns(pl.col("name").cast(pl.String)).select(
+        "name", "count", "total_ns", "share"
     )
 
 

@@ -91,6 +91,12 @@ FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
         "total_ns": pl.Int64,
         "share": pl.Float64,
     },
+    "kernel_names": {
+        "name": pl.String,
+        "count": pl.Int64,
+        "total_ns": pl.Int64,
+        "share": pl.Float64,
+    },
     "kernel_classes": {
         "kernel_class": pl.String,
         "count": pl.Int64,
@@ -381,7 +387,7 @@ class Metrics:
     - `kernel_histogram`: lo_ns, hi_ns, count, total_ns (log-spaced duration bins).
     - `launch_size_histogram`: lo_threads, hi_threads, count, total_ns.
     - `top_kernels`: name, count, total_ns, share; `kernel_classes`: kernel_class, count,
-      total_ns, share.
+      total_ns, share; `kernel_names`: every kernel name's (name, count, total_ns, share).
     - `gaps`: every idle gap (rank, device, start_ns, end_ns, gap_ns, cause, before, after,
       launch_ns, sync_name, sync_start_ns); a folder reduced rank by rank keeps those the
       report and rules read (idle.read_gaps); `gap_histogram` (of every gap): lo_ns, hi_ns,
@@ -438,6 +444,7 @@ class Metrics:
     launch_size_histogram: pl.DataFrame
     top_kernels: pl.DataFrame
     kernel_classes: pl.DataFrame
+    kernel_names: pl.DataFrame
     kernel_count: int
     kernel_total_ns: int
     small_kernel_count_share: float | None

@@ -212,3 +212,9 @@ def test_compare_is_the_function_whatever_was_imported() -> None:
     import traceanalyzer.comparison  # noqa: F401
 
     assert callable(ta.compare) and ta.compare.__module__ == "traceanalyzer.notebook"
+
+
+def test_findings_show_as_a_table(healthy: Analysis) -> None:
+    html = healthy.diagnoses._repr_html_()
+    assert html.startswith("<table>") and "TA001" in html and "saves per step" in html
+    assert healthy.diagnoses[0].rule == healthy.to_json()["diagnoses"][0]["rule"]

@@ -125,6 +125,29 @@ COLUMNS: dict[str, tuple[str, ...]] = {
 }
 
 
+class Findings(list[Finding]):
+    """The findings of an analysis: a list, shown as a table in a notebook cell."""
+
+    def _repr_html_(self) -> str:
+        from traceanalyzer.render.notebook import table_html
+
+        rows = [
+            {
+                "rule": f.rule,
+                "severity": f.severity.value,
+                "title": f.title,
+                "saves per step": "" if f.impact_ns is None else f"{f.impact_ns / 1e6:.2f} ms",
+                "where": f"rank {f.scope.rank}" if f.scope.rank is not None else "job",
+                "message": f.message,
+                "advice": f.advice,
+            }
+            for f in self
+        ]
+        return table_html(
+            rows, ("rule", "severity", "title", "saves per step", "where", "message", "advice")
+        )
+
+
 @dataclass(frozen=True)
 class Analysis:
     """One trace (or job of rank files) analysed: its verdict, diagnoses, context and the
@@ -145,10 +168,10 @@ class Analysis:
         return dict(self._report.verdict or {})
 
     @property
-    def diagnoses(self) -> list[Finding]:
+    def diagnoses(self) -> Findings:
         """The findings, most impactful first: rule, severity, title, message, scope,
-        impact_ns, evidence, advice."""
-        return list(self._report.findings)
+        impact_ns, evidence, advice (a list; a table in a notebook cell)."""
+        return Findings(self._report.findings)
 
     @property
     def context(self) -> dict[str, Any]:

@@ -5,6 +5,7 @@ notebook executed end to end."""
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import subprocess
 import tempfile
@@ -108,6 +109,9 @@ def _check_graph(a: Analysis, g: nx.DiGraph, rank: int) -> None:
     assert dist[sink] - dist[source] == want == g.graph["path_ns"]
     on_path = sum(d["weight_ns"] for _, _, d in g.edges(data=True) if d["on_path"])
     assert on_path >= want  # the path's edges (the part before the step's start clipped)
+    path = g.graph["path"]
+    assert all(g.has_edge(u, v) for u, v in itertools.pairwise(path))
+    assert path[-1] == sink
     kinds = {d["kind"] for _, d in g.nodes(data=True)}
     assert {"gpu_start", "gpu_end", "host", "step_start", "step_end", "job"} <= kinds
     names = [d["name"] for _, d in g.nodes(data=True) if d["kind"] == "gpu_start"]

@@ -288,6 +288,7 @@ def _flop_rows(metrics: Metrics) -> dict[tuple[int, int], dict[str, Any]]:
             "peak_tflops": r["peak_tflops"],
             "peak_gbps": r["peak_gbps"],
             "dtype": r["dtype"],
+            "coverage": r["coverage"],
             "mfu": r["mfu"],
             "gemm_efficiency": r["gemm_efficiency"],
         }

@@ -152,6 +152,8 @@ def test_nsight_capture_of_both_processes(tmp_path: Path) -> None:
         shutil.copyfileobj(fin, fout)
     rep = api.report(path)
     assert {s["name"] for s in rep.window["excluded_steps"]} == {"step_0"}  # on each rank
+    api.write(rep, "html", str(tmp_path / "page.html"))  # warm-up steps have no causes
+    assert 'id="ranks"' in (tmp_path / "page.html").read_text(encoding="utf-8")
     (f,) = [f for f in rep.findings if f.rule == "TA008"]
     assert f.scope.rank == 1 and f.evidence["cause"] == "host"
     share = f.evidence["impact_share_of_step"]

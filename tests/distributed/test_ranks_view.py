@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import itertools
+import re
 from pathlib import Path
 
 import orjson
@@ -106,7 +107,12 @@ def test_host_phases_against_a_loop() -> None:
                 if test(e) and lo <= e["ts"] * 1000 < hi  # type: ignore[operator]
             ]
 
-        bwd = spans(lambda e: e["name"].startswith("autograd::engine::evaluate_function"))
+        bwd = spans(
+            lambda e: (
+                e["name"].startswith(("autograd::engine::evaluate_function", "torch::autograd::"))
+                or re.fullmatch(r"[A-Z]\w*Backward\d*", e["name"]) is not None
+            )
+        )
         first_bwd = min((s for s, _ in bwd), default=hi)
         phases = {
             "data_loading": spans(lambda e: e["name"].startswith("enumerate(DataLoader)")),

@@ -164,3 +164,17 @@ def test_phone_width_nothing_overflows(name: str, pages: dict[str, Path], tmp_pa
     assert [x for x in lines if x.startswith("overflow")] == []
     widths = [int(x.split()[1]) for x in lines if x.startswith("finding ")]
     assert widths and min(widths) >= 300
+
+
+def test_roofline_and_ranks_in_the_browser(pages: dict[str, Path], tmp_path: Path) -> None:
+    """The healthy page's FLOPs section draws the roofline (an inline SVG with its roof and
+    points); the two-rank page shows the Ranks table; neither logs an error."""
+    healthy = chromium(pages["healthy"], tmp_path, "--dump-dom")
+    dom = healthy.stdout
+    section = dom[dom.index('<section id="flops">') :]
+    section = section[: section.index("</section>")]
+    assert "<svg" in section and "arithmetic intensity" in section and "roof" in section
+    assert console_lines(healthy.stderr) == []
+    two = chromium(pages["two_ranks"], tmp_path, "--dump-dom")
+    assert 'id="ranks"' in two.stdout and "peer wait" in two.stdout
+    assert console_lines(two.stderr) == []

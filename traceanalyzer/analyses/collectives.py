@@ -5,10 +5,11 @@ bytes and bus bandwidth of the transfers.
 Job stage (it needs every rank's communication kernels). Matching: the ranks of a job issue
 the same collectives in the same order on the same communicator, whose kernels run on one
 NCCL stream per rank, so the n-th kernel of each collective kind on each stream of every
-rank is one collective *instance* (where the stream ids of the ranks do not line up, the
-n-th of each kind on each rank). An instance counts where every rank with communication
-took part; the rest (a rank's own send/recv, a sub-group's collective) stay unmatched: all
-of their time is transfer.
+rank, in each step, is one collective *instance* (where the stream ids of the ranks do not
+line up, the n-th of each kind on each rank in each step). An instance counts where every
+rank with communication took part; the rest (a sub-group's collective, and point-to-point
+send/recv in a job of more than two ranks, whose pairs the order does not tell) stay
+unmatched: all of their time is transfer.
 
 The split of a participant's kernel, [start, end):
 
@@ -150,8 +151,8 @@ class CollectiveSplit:
       size_bytes (NCCL's S,
       null where the message was not recorded), bus_factor.
     - `per_rank`: rank, collectives, matched, comm_ns, wait_ns, transfer_ns,
-      exposed_wait_ns, crowded_wait_ns, exposed_transfer_ns, bytes, busbw_gbps (S x factor
-      summed over the
+      exposed_wait_ns, crowded_wait_ns, exposed_transfer_ns, bytes, busbw_gbps (of the
+      matched collectives: S x factor summed over the
       transfers that recorded a size, over their transfer time; null where none did).
     - `per_kind`: the same per (rank, collective).
     - `per_step`: rank, step, wait_ns, exposed_wait_ns, crowded_wait_ns,
@@ -191,13 +192,27 @@ def split(comm: pl.DataFrame, compute: pl.DataFrame) -> CollectiveSplit:
     (see the module docstring). `comm`: COMM_COLUMNS of every rank; `compute`: every rank's
     `compute_near_comm`."""
     comm = comm.filter(pl.col("is_comm")).with_columns(pl.col("collective_kind").cast(pl.String))
-    by_stream = _instances(comm, ["stream", "collective_kind"])
+    world = comm["rank"].n_unique()
+    if world > 2:
+        # point-to-point: a send pairs with one peer's receive, not with every rank's n-th
+        comm = comm.with_columns(
+            _p2p=pl.col("collective_kind") == "send_recv",
+        )
+    else:
+        comm = comm.with_columns(_p2p=pl.lit(False))
+    # the n-th collective of each step: a rank whose window holds a step the others' do not
+    # cannot shift every later match
+    by_stream = _instances(comm, ["step", "stream", "collective_kind"])
     matched = by_stream["instance"].is_not_null().sum()
     rows = by_stream
     if comm.height and matched < MIN_MATCHED_SHARE * comm.height:
-        by_kind = _instances(comm, ["collective_kind"])
+        by_kind = _instances(comm, ["step", "collective_kind"])
         if by_kind["instance"].is_not_null().sum() > matched:
             rows = by_kind
+    rows = rows.with_columns(
+        instance=pl.when(~pl.col("_p2p")).then(pl.col("instance")),
+        ranks=pl.when(~pl.col("_p2p")).then(pl.col("ranks")).otherwise(1),
+    )
     dur = pl.col("end_ns") - pl.col("start_ns")
     in_bytes = pl.col("msg_nelems") * pl.col("msg_dtype").cast(pl.String).replace_strict(
         DTYPE_BYTES, default=None, return_dtype=pl.Int64
@@ -258,7 +273,12 @@ def split(comm: pl.DataFrame, compute: pl.DataFrame) -> CollectiveSplit:
 
 
 def _totals(kernels: pl.DataFrame, by: list[str]) -> pl.DataFrame:
-    sized = pl.col("size_bytes").is_not_null() & (pl.col("transfer_ns") > 0)
+    # bus bandwidth needs the instance's ranks (n): of matched collectives only
+    sized = (
+        pl.col("size_bytes").is_not_null()
+        & (pl.col("transfer_ns") > 0)
+        & pl.col("instance").is_not_null()
+    )
     bus_bytes = (pl.col("size_bytes") * pl.col("bus_factor")).filter(sized).sum()
     return (
         kernels.group_by(by)

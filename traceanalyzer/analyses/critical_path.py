@@ -535,7 +535,8 @@ def step_digraph(
     w = win.row(0, named=True)
     job = int(tables.jobs.filter(pl.col("step") == step)["job"][0])
     lo, hi = int(dist[w["source"]]), int(dist[w["sink"]])
-    on_path = set(longest_path.walk(pred, arrays.u, dist, w["sink"], job, lo).tolist())
+    chain = longest_path.walk(pred, arrays.u, dist, w["sink"], job, lo).tolist()
+    on_path = set(chain)
     edges = tables.edges.with_row_index("e").with_columns(
         on_path=pl.col("e").is_in(list(on_path)),
         role=pl.col("role").cast(pl.String),
@@ -567,10 +568,8 @@ def step_digraph(
             binding=bool(row["binding"]),
             on_path=bool(row["_on"]),
         )
-    path = [w["source"]] if not on_path else []
-    for e in sorted(on_path, key=lambda e: dist[arrays.v[e]]):
-        if not path:
-            path.append(int(arrays.u[e]))
-        path.append(int(arrays.v[e]))
+    # the path's nodes in order: the walk's edges, first to last
+    path = [int(arrays.u[chain[0]])] if chain else [w["source"]]
+    path += [int(arrays.v[e]) for e in chain]
     g.graph["path"] = path
     return g

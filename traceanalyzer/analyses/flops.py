@@ -288,8 +288,10 @@ class Flops:
       the device), achieved_tflops (FLOPs per step over the step), gemm_ns (the kernel time
       of the counted operators), gemm_tflops (their FLOPs over their kernel time), dtype (the
       precision that carries most FLOPs), peak_tflops (the GPU's dense peak at it, null where
-      the GPU is unknown), peak_gbps (its memory bandwidth), mfu (achieved over peak),
-      gemm_efficiency (gemm_tflops over peak).
+      the GPU is unknown), peak_gbps (its memory bandwidth), coverage (the counted
+      operators' kernel time over every GEMM-class kernel's on the device), mfu (achieved
+      over peak; null where coverage is under MIN_COVERAGE), gemm_efficiency (gemm_tflops
+      over peak).
     - `roofline`: per (rank, device, op_name, precision, shape): calls, flops, bytes,
       kernel_ns, intensity (FLOPs per byte), achieved_tflops, roof_tflops (min(peak,
       intensity x peak bandwidth)), share_of_roof; most kernel time first.
@@ -299,12 +301,23 @@ class Flops:
     roofline: pl.DataFrame
 
 
+#: MFU is given only where the counted operators' kernels hold at least this share of the
+#: device's GEMM-class kernel time: a network whose matrix work runs elsewhere (convolutions,
+#: custom kernels: not counted) would get an MFU of a fraction of its work.
+MIN_COVERAGE = 0.5
+
+
 def device_flops(
-    ops: pl.DataFrame, steps: pl.DataFrame, windows: pl.DataFrame, devices: Sequence[DeviceInfo]
+    ops: pl.DataFrame,
+    steps: pl.DataFrame,
+    windows: pl.DataFrame,
+    devices: Sequence[DeviceInfo],
+    gemm_time: pl.DataFrame | None = None,
 ) -> Flops:
     """The job's FLOPs per device and steady step. `ops`: every rank's `op_flops`; `steps`:
     Metrics.steps (device steps; empty without step markers: the window is one step);
-    `windows`: Metrics.windows."""
+    `windows`: Metrics.windows; `gemm_time`: rank, device, gemm_ns (every GEMM-class
+    kernel's time in the window: Metrics.devices), for `coverage`."""
     if steps.height:
         timing = steps.group_by(DEVICE_KEY).agg(
             steps=pl.len().cast(pl.Int64), span_ns=(pl.col("end_ns") - pl.col("start_ns")).sum()
@@ -351,8 +364,23 @@ def device_flops(
             peak_tflops="peak_tflops",
             peak_gbps="peak_gbps",
         )
+        .join(
+            gemm_time.select(*DEVICE_KEY, _all_gemm="gemm_ns")
+            if gemm_time is not None
+            else rows.select(DEVICE_KEY).with_columns(_all_gemm=pl.lit(None, pl.Int64)),
+            on=DEVICE_KEY,
+            how="left",
+        )
         .with_columns(
-            mfu=pl.col("achieved_tflops") / pl.col("peak_tflops"),
+            coverage=pl.when(pl.col("_all_gemm") > 0).then(
+                (pl.col("gemm_ns") / pl.col("_all_gemm")).clip(upper_bound=1.0)
+            )
+        )
+        .drop("_all_gemm")
+        .with_columns(
+            mfu=pl.when(pl.col("coverage").is_null() | (pl.col("coverage") >= MIN_COVERAGE)).then(
+                pl.col("achieved_tflops") / pl.col("peak_tflops")
+            ),
             gemm_efficiency=pl.col("gemm_tflops") / pl.col("peak_tflops"),
         )
         .sort(DEVICE_KEY)

@@ -8,7 +8,8 @@ whose intervals cover it, else to `other`:
 - `data_loading`: `enumerate(DataLoader)...` ranges (the loader's `__next__`);
 - `optimizer`: `Optimizer.step#...` and `Optimizer.zero_grad#...` ranges;
 - `backward`: the autograd engine's operators (`autograd::engine::evaluate_function: ...`,
-  on the autograd thread; the main thread waits in `.backward()` meanwhile);
+  on the autograd thread; the main thread waits in `.backward()` meanwhile; older profilers'
+  autograd nodes, `CudnnConvolutionBackward`, `torch::autograd::AccumulateGrad`);
 - `forward`: CPU operators that start before the step's first backward operator (all of
   them in a step without backward);
 - `other`: the rest of the step: Python between operators, host time the profiler did not
@@ -32,7 +33,9 @@ ALL_PHASES: tuple[str, ...] = (*PHASES, "other")
 
 _DATA = r"^enumerate\(DataLoader\)"
 _OPTIMIZER = r"^Optimizer\.(?:step|zero_grad)#"
-_BACKWARD = r"^autograd::engine::evaluate_function"
+#: The autograd engine's operators; older profilers (torch < 1.10) name the autograd nodes
+#: themselves (`CudnnConvolutionBackward`, `torch::autograd::AccumulateGrad`)
+_BACKWARD = r"^autograd::engine::evaluate_function|^[A-Z]\w*Backward\d*$|^torch::autograd::"
 
 _RANGE_KINDS = [Kind.ANNOTATION.value, Kind.CPU_OP.value]
 
@@ -46,6 +49,11 @@ def segments(timeline: Timeline, markers: pl.LazyFrame) -> pl.LazyFrame:
         .select("rank", "kind", name=name, start_ns="start_ns", end_ns="end_ns")
     )
     steps = markers.select("rank", "step", "start_ns", "end_ns")
+    # the step marker itself (ProfilerStep#N, recorded as an operator by old profilers) is
+    # no phase
+    host = host.join(
+        steps.select("rank", "start_ns", "end_ns"), on=["rank", "start_ns", "end_ns"], how="anti"
+    )
     phased = in_ranges(
         host.with_columns(
             phase=pl.when(pl.col("name").str.contains(_DATA))

@@ -53,7 +53,7 @@ def host_blocked(linked: pl.DataFrame, syncs: pl.LazyFrame, markers: pl.LazyFram
     """rank, step, host_blocked_ns: time a rank's host threads were blocked on the GPU in each
     host step: inside sync calls, and inside launch calls beyond LAUNCH_BLOCK_NS (one launch
     call per launching thread and start, however many GPU operations it launched); unioned
-    per thread, charged to the host step in which each blocked interval starts.
+    over the rank's threads, charged to the host step in which each blocked interval starts.
 
     `linked`: the GPU work with its launches (windows.linked_work); `syncs`:
     idle.sync_calls; `markers`: the host step ranges (rank, step, start_ns, end_ns)."""
@@ -74,11 +74,10 @@ def host_blocked(linked: pl.DataFrame, syncs: pl.LazyFrame, markers: pl.LazyFram
     waits = syncs.select(*thread, "start_ns", "end_ns").filter(
         pl.col("end_ns") > pl.col("start_ns")
     )
+    # one union per rank: two threads blocked at once block the host once
     blocked = union(
-        pl.concat([launches, waits], how="vertical_relaxed").with_columns(
-            pl.col("pid", "tid").cast(pl.Int64)
-        ),
-        thread,
+        pl.concat([launches, waits], how="vertical_relaxed").select("rank", "start_ns", "end_ns"),
+        ["rank"],
     )
     return (
         in_ranges(blocked, markers.select("rank", "step", "start_ns", "end_ns"), "rank")
@@ -190,6 +189,8 @@ def balance(
                 pl.col("busy_ns") - pl.col("exposed_wait_ns") - pl.col("exposed_transfer_ns")
             ).clip(lower_bound=0),
         )
+        # compared only in steps every rank has (a rank's extra step has no peer to beat)
+        .filter(pl.col("rank").n_unique().over("step") == pl.col("rank").n_unique())
         .with_columns(slowest=pl.col("own_ns") == pl.col("own_ns").max().over("step"))
         .sort("rank", "step")
     )

@@ -141,7 +141,11 @@ def _merge(
             split.per_step,
             _concat(parts, "host_blocked"),
         )
-    slowest = int(rank_waits.sort("wait_ns", "rank")["rank"][0]) if rank_waits.height > 1 else None
+    # the slowest rank by its own time (imbalance.balance) where steps compare the ranks;
+    # without steps, the rank that waits least inside collectives
+    slowest = balance.slowest if steps.height else None
+    if slowest is None and rank_waits.height > 1:
+        slowest = int(rank_waits.sort("wait_ns", "rank")["rank"][0])
     return Metrics(
         basis="steps" if any(p.has_steps for p in parts) else "trace",
         windows=wins,
@@ -169,6 +173,7 @@ def _merge(
             steps,
             wins,
             [d for p in parts for d in p.meta.devices],
+            dev.select(*key, "gemm_ns"),
         ),
         host_phases=_concat(parts, "host_phases"),
         kernel_phases=_concat(parts, "kernel_phases"),

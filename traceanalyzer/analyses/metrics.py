@@ -396,7 +396,8 @@ class Metrics:
     - `collectives`: rank, device, collective, count, total_ns, exposed_ns, msg_bytes.
     - `rank_waits`: rank, collectives, comm_ns, wait_ns (empty for a single rank).
     - `sync_sites`: rank, name, op, site, count, steps, per_step, idle_ns;
-      `syncs_per_step`: rank, step, count; `slowest_rank`: the rank others wait for.
+      `syncs_per_step`: rank, step, count; `slowest_rank`: the rank others wait for (the
+      largest own time: `balance`; without steps, the rank that waits least).
     - `bandwidth`: rank, device, op_name, ops, kernel_ns, bytes, gbps, peak_gbps,
       share_of_peak: memory-bound operators' achieved bandwidth (where shapes are recorded).
     - `matmul_shapes`: rank, device, op_name, m, n, k, dtype, calls, kernel_ns, align,

@@ -340,6 +340,13 @@ def _flops_lines(r: Report) -> list[str]:
             f" {f['achieved_tflops']:>5.0f} TF/s {_tf(f['gemm_tflops']):>10} {peak:>10}"
             f" {percent(f['mfu']):>6} {percent(f['gemm_efficiency']):>9}"
         )
+    low = [d for d in rows if d["flops"] and (d["flops"].get("coverage") or 1.0) < 0.5]
+    if low:
+        cov = min(d["flops"]["coverage"] for d in low if d["flops"])
+        lines.append(
+            f"  no MFU where the counted operators hold under half of the GEMM-class time (here"
+            f" down to {cov:.1%}): convolutions and custom kernels are not counted"
+        )
     if r.roofline:
         lines.append("  heaviest operators (achieved against the roof of their GPU and precision):")
         for o in r.roofline[:5]:

@@ -114,8 +114,9 @@ def tiny_optimizer_kernels(ctx: Context, share: float) -> str:
         )
     return (
         f"{share:.0%} of the tiny kernels come from optimizer.step, a kernel or more per "
-        "parameter tensor: use a fused optimizer (torch.optim.AdamW(fused=True): one kernel "
-        "for every parameter) or foreach=True, or compile the step."
+        "parameter tensor: use the optimizer's fused implementation (fused=True, as in "
+        "torch.optim.AdamW(fused=True): a few kernels for every parameter at once) or "
+        "foreach=True, or compile the step."
     )
 
 

@@ -123,10 +123,7 @@ class LaunchOverhead(Rule):
             from_optimizer = ""
             if origin is not None and origin >= OPTIMIZER_SHARE:
                 # the fix is the optimizer's: it saves those launches' share
-                from_optimizer = (
-                    f"; {origin:.0%} of its tiny kernels come from optimizer.step, one per "
-                    "parameter tensor"
-                )
+                from_optimizer = f"; {origin:.0%} of its tiny kernels come from optimizer.step"
                 advice = advise.tiny_optimizer_kernels(ctx, origin)
                 impact = None if impact is None else round(impact * origin)
             yield self.finding(

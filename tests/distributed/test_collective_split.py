@@ -141,3 +141,25 @@ def test_impact_model_bounds() -> None:
     assert impact_model(own, 3, "gpu") == round(80 - (50 + 52 + 51 + 80) / 4)
     assert impact_model({0: 10.0, 1: 9.0}, 0, "host") == 1
     assert impact_model({0: 10.0}, 0, "host") == 0
+
+
+def test_send_recv_matched_only_where_every_rank_runs_as_many(tmp_path: Path) -> None:
+    """Three ranks. An all-to-all made of sends and receives (each rank one SendRecv kernel,
+    rank 2 last): matched, ranks 0 and 1 wait. Pipeline-like traffic (rank 1 runs two,
+    the others one): the order tells no pairs, nothing is matched."""
+    p2p = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
+
+    def job(name: str, starts: dict[int, list[float]]) -> Path:
+        events = []
+        for rank, times in starts.items():
+            for t in times:
+                events += on_rank(rank, [kernel(t, 200 - (t % 100), p2p, device=rank, stream=20)])
+        return write_example(events, tmp_path / name, name)
+
+    even = analyze(read(job("even", {0: [100], 1: [120], 2: [160]}))).collective_split
+    assert even.kernels["instance"].is_not_null().all()
+    waits = dict(even.per_rank.select("rank", "wait_ns").iter_rows())
+    assert waits[2] == 0 and waits[0] > waits[1] > 0
+    uneven = analyze(read(job("uneven", {0: [100], 1: [120, 400], 2: [160]}))).collective_split
+    assert uneven.kernels["instance"].is_null().all()
+    assert uneven.per_rank["wait_ns"].sum() == 0

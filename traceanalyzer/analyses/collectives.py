@@ -8,8 +8,9 @@ NCCL stream per rank, so the n-th kernel of each collective kind on each stream 
 rank, in each step, is one collective *instance* (where the stream ids of the ranks do not
 line up, the n-th of each kind on each rank in each step). An instance counts where every
 rank with communication took part; the rest (a sub-group's collective, and point-to-point
-send/recv in a job of more than two ranks, whose pairs the order does not tell) stay
-unmatched: all of their time is transfer.
+send/recv in a job of more than two ranks where the ranks run different numbers of them in a
+step: pipeline stages, whose pairs the order does not tell) stay unmatched: all of their
+time is transfer.
 
 The split of a participant's kernel, [start, end):
 
@@ -193,13 +194,16 @@ def split(comm: pl.DataFrame, compute: pl.DataFrame) -> CollectiveSplit:
     `compute_near_comm`."""
     comm = comm.filter(pl.col("is_comm")).with_columns(pl.col("collective_kind").cast(pl.String))
     world = comm["rank"].n_unique()
-    if world > 2:
-        # point-to-point: a send pairs with one peer's receive, not with every rank's n-th
-        comm = comm.with_columns(
-            _p2p=pl.col("collective_kind") == "send_recv",
-        )
-    else:
-        comm = comm.with_columns(_p2p=pl.lit(False))
+    # point-to-point: a send pairs with one peer's receive. Where every rank runs as many
+    # send/recv kernels in a step (an all-to-all made of sends and receives, DLRM's), the
+    # n-th of each rank is one exchange; where the counts differ (pipeline stages), the
+    # order tells no pairs: unmatched
+    per_rank = pl.len().over("step", "rank", "collective_kind")
+    uneven = (
+        per_rank.min().over("step", "collective_kind")
+        != per_rank.max().over("step", "collective_kind")
+    ) | (pl.col("rank").n_unique().over("step", "collective_kind") < world)
+    comm = comm.with_columns(_p2p=(pl.col("collective_kind") == "send_recv") & uneven & (world > 2))
     # the n-th collective of each step: a rank whose window holds a step the others' do not
     # cannot shift every later match
     by_stream = _instances(comm, ["step", "stream", "collective_kind"])

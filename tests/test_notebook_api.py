@@ -20,6 +20,120 @@ from tests.conftest import REPO, SAMPLES, corpus
 from traceanalyzer.notebook import COLUMNS, Analysis
 
 HEALTHY = SAMPLES / "train_bf16_healthy.json.gz"
+
+#: The public columns, written out: changing one is a change of the API's contract (and of
+#: docs/python-api.md), made here on purpose.
+PINNED: dict[str, list[str]] = {
+    "devices": [
+        "rank",
+        "device",
+        "name",
+        "window_ns",
+        "busy_ns",
+        "idle_ns",
+        "idle_share",
+        "host_wait_ns",
+        "sync_ns",
+        "launch_overhead_ns",
+        "other_ns",
+        "kernel_count",
+        "kernel_ns",
+        "comm_ns",
+        "overlapped_comm_ns",
+        "exposed_comm_ns",
+        "overlap_share",
+        "tc_ns",
+        "gemm_ns",
+        "tc_share_of_gemm",
+        "model_flops_per_step",
+        "achieved_tflops",
+        "peak_tflops",
+        "mfu",
+    ],
+    "steps": [
+        "rank",
+        "device",
+        "name",
+        "start_ns",
+        "end_ns",
+        "busy_ns",
+        "idle_share",
+        "kernel_count",
+        "warmup",
+        "host_wait_ns",
+        "sync_ns",
+        "launch_overhead_ns",
+        "other_ns",
+    ],
+    "ranks": [
+        "rank",
+        "path",
+        "world_size",
+        "steps",
+        "step_ns",
+        "own_ns",
+        "gpu_work_ns",
+        "host_wait_ns",
+        "host_between_steps_ns",
+        "sync_ns",
+        "wait_ns",
+        "exposed_wait_ns",
+        "crowded_wait_ns",
+        "exposed_transfer_ns",
+        "host_blocked_ns",
+        "slowest_steps",
+        "comm_bytes",
+        "busbw_gbps",
+        "host_data_loading_ns",
+        "host_optimizer_ns",
+        "host_backward_ns",
+        "host_forward_ns",
+        "host_other_ns",
+    ],
+    "kernels": ["name", "count", "total_ns", "share"],
+    "gaps": [
+        "rank",
+        "device",
+        "start_ns",
+        "end_ns",
+        "gap_ns",
+        "cause",
+        "before",
+        "after",
+        "sync_name",
+    ],
+    "syncs": ["rank", "name", "op", "site", "count", "steps", "per_step", "idle_ns"],
+    "collectives": [
+        "rank",
+        "collective",
+        "collectives",
+        "matched",
+        "comm_ns",
+        "wait_ns",
+        "transfer_ns",
+        "exposed_wait_ns",
+        "crowded_wait_ns",
+        "exposed_transfer_ns",
+        "bytes",
+        "busbw_gbps",
+    ],
+    "operators": [
+        "rank",
+        "device",
+        "op_name",
+        "kind",
+        "precision",
+        "shape",
+        "calls",
+        "kernel_ns",
+        "flops",
+        "bytes",
+        "tflops",
+        "gbps",
+        "share_of_roof",
+    ],
+}
+
 CORPUS = corpus()
 
 
@@ -50,6 +164,10 @@ def test_the_public_names() -> None:
         "to_json",
         "write",
     }
+
+
+def test_columns_are_pinned() -> None:
+    assert {k: list(v) for k, v in COLUMNS.items()} == PINNED
 
 
 def test_columns_are_the_documented_ones(healthy: Analysis) -> None:

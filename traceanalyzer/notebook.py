@@ -25,10 +25,11 @@ from traceanalyzer import api
 from traceanalyzer.analyses import DEFAULT_TOP_KERNELS
 from traceanalyzer.analyses.host_phases import ALL_PHASES
 from traceanalyzer.analyses.idle import CAUSES, LAUNCH_GAP_MAX_NS
+from traceanalyzer.analyses.imbalance import RANK_FIGURES
 from traceanalyzer.analyses.metrics import Metrics
 from traceanalyzer.config import Settings
 from traceanalyzer.model import Timeline, TraceMeta
-from traceanalyzer.report import RANK_FIGURES, Report
+from traceanalyzer.report import Report
 from traceanalyzer.rules import Finding
 
 if TYPE_CHECKING:

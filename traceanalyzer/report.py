@@ -22,6 +22,7 @@ import polars as pl
 
 from traceanalyzer.analyses.host_phases import host_phase_medians
 from traceanalyzer.analyses.idle import CAUSES, LONGEST_GAPS, longest_first
+from traceanalyzer.analyses.imbalance import RANK_FIGURES
 from traceanalyzer.analyses.kernels import SMALL_KERNEL_NS
 from traceanalyzer.analyses.metrics import Metrics
 from traceanalyzer.model import TraceMeta
@@ -134,25 +135,6 @@ class CommDict(TypedDict):
     slowest_rank: int | None
     by_rank: list[dict[str, Any]]
     imbalance: dict[str, Any] | None
-
-
-#: Each `ranks[]` entry's figures per steady step (medians over its steps; null where the
-#: rank has none): docs/report.md, Ranks.
-RANK_FIGURES: tuple[str, ...] = (
-    "steps",
-    "step_ns",
-    "own_ns",
-    "gpu_work_ns",
-    "host_wait_ns",
-    "host_between_steps_ns",
-    "sync_ns",
-    "wait_ns",
-    "exposed_wait_ns",
-    "crowded_wait_ns",
-    "exposed_transfer_ns",
-    "host_blocked_ns",
-    "slowest_steps",
-)
 
 
 class RankDict(TypedDict, total=False):

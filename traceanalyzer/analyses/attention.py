@@ -24,6 +24,9 @@ uses the fast path already.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from typing import Any
+
 import polars as pl
 
 from traceanalyzer.analyses.classify import CLASS_PATTERNS
@@ -182,3 +185,47 @@ def unfused_attention(timeline: Timeline, kernels: pl.DataFrame) -> pl.DataFrame
         )
         .collect()
     )
+
+
+#: The throughput a fused attention kernel reaches, as a share of a large GEMM's on the same
+#: GPU (FlashAttention 2 and cuDNN SDPA run at 50-70 % of a bf16 GEMM's rate on an H100:
+#: their softmax and online rescaling do not run on the Tensor Cores).
+FUSED_SHARE_OF_GEMM = 0.6
+#: ... and of the GPU's dense 16-bit peak, where the trace gives no GEMM rate.
+FUSED_SHARE_OF_PEAK = 0.4
+
+
+def fused_flops(rows: Iterable[Mapping[str, Any]]) -> float:
+    """The FLOPs a fused kernel would do for the hand-written attention of `rows`
+    (`unfused_attention` rows): 4·n·T·S·D per forward call, 2.5 times that again for its
+    backward, half of both where a mask makes it causal (a fused kernel skips that half)."""
+    return float(
+        sum(
+            r["calls"]
+            * 4
+            * r["n"]
+            * r["t"]
+            * r["s"]
+            * r["d"]
+            * (3.5 if r["backward"] else 1.0)
+            * (0.5 if r["causal"] else 1.0)
+            for r in rows
+        )
+    )
+
+
+def fused_rate(flops: Mapping[str, Any] | None) -> tuple[float | None, str]:
+    """The TFLOP/s a fused attention kernel would reach on a device (its `Flops.devices`
+    row), and on what basis: FUSED_SHARE_OF_GEMM of the trace's GEMM rate, else
+    FUSED_SHARE_OF_PEAK of the GPU's peak; None where neither is known."""
+    if flops and flops.get("gemm_tflops"):
+        return (
+            flops["gemm_tflops"] * FUSED_SHARE_OF_GEMM,
+            f"at {FUSED_SHARE_OF_GEMM:.0%} of this trace's GEMM rate",
+        )
+    if flops and flops.get("peak_tflops"):
+        return (
+            flops["peak_tflops"] * FUSED_SHARE_OF_PEAK,
+            f"at {FUSED_SHARE_OF_PEAK:.0%} of the GPU's peak",
+        )
+    return None, "unknown"

@@ -185,3 +185,13 @@ def kernel_phases(segs: pl.LazyFrame, linked: pl.DataFrame) -> pl.DataFrame:
         .sort("rank", "phase")
         .collect()
     )
+
+
+def optimizer_tiny_share(kernel_phases: pl.DataFrame, rank: int) -> float | None:
+    """The share of `rank`'s tiny kernels (steady steps) launched inside optimizer.step
+    (`kernel_phases`' rows); None where it has none (no CPU operators, no tiny kernel)."""
+    rows = kernel_phases.filter(pl.col("rank") == rank)
+    tiny = int(rows["tiny"].sum() or 0)
+    if not tiny:
+        return None
+    return int(rows.filter(pl.col("phase") == "optimizer")["tiny"].sum() or 0) / tiny

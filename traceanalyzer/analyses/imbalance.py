@@ -45,6 +45,23 @@ from traceanalyzer.analyses.intervals import in_ranges, union
 #: beyond this point: the launch queue was full, the host was ahead of its GPU.
 LAUNCH_BLOCK_NS = 50_000
 
+#: Each rank's figures in `RankBalance.ranks` (after `rank`), medians per steady step.
+RANK_FIGURES: tuple[str, ...] = (
+    "steps",
+    "step_ns",
+    "own_ns",
+    "gpu_work_ns",
+    "host_wait_ns",
+    "host_between_steps_ns",
+    "sync_ns",
+    "wait_ns",
+    "exposed_wait_ns",
+    "crowded_wait_ns",
+    "exposed_transfer_ns",
+    "host_blocked_ns",
+    "slowest_steps",
+)
+
 #: The causes, in the order they are named when they tie.
 CAUSES: tuple[str, ...] = ("gpu", "host", "sync")
 
@@ -225,22 +242,7 @@ def balance(
         .drop("between")
         .sort("rank")
     )
-    ranks = ranks.select(
-        "rank",
-        "steps",
-        "step_ns",
-        "own_ns",
-        "gpu_work_ns",
-        "host_wait_ns",
-        "host_between_steps_ns",
-        "sync_ns",
-        "wait_ns",
-        "exposed_wait_ns",
-        "crowded_wait_ns",
-        "exposed_transfer_ns",
-        "host_blocked_ns",
-        "slowest_steps",
-    )
+    ranks = ranks.select("rank", *RANK_FIGURES)
     if world < 2:
         return RankBalance(rank_steps, ranks, None, None, None, None, None, None, {}, None)
     rows = {r["rank"]: r for r in ranks.iter_rows(named=True)}

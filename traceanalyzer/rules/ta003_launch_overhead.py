@@ -6,8 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-import polars as pl
-
+from traceanalyzer.analyses.host_phases import optimizer_tiny_share
 from traceanalyzer.rules import advice as advise
 from traceanalyzer.rules.base import (
     Context,
@@ -119,7 +118,7 @@ class LaunchOverhead(Rule):
                 )
             impact = _impact(ctx, d["rank"], d["device"], launch)
             advice = advise.host_overhead(ctx)
-            origin = _optimizer_share(ctx, d["rank"])
+            origin = optimizer_tiny_share(ctx.metrics.kernel_phases, d["rank"])
             from_optimizer = ""
             if origin is not None and origin >= OPTIMIZER_SHARE:
                 # the fix is the optimizer's: it saves those launches' share
@@ -154,17 +153,6 @@ class LaunchOverhead(Rule):
 #: the optimizer's per-parameter loop is the launch overhead to fix first (a fused optimizer
 #: removes that share at once; the rest is spread over the model's operators).
 OPTIMIZER_SHARE = 0.3
-
-
-def _optimizer_share(ctx: Context, rank: int) -> float | None:
-    """The share of the rank's tiny kernels (steady steps) launched inside optimizer.step
-    (analyses/host_phases.kernel_phases); None where the trace has no CPU operators."""
-    rows = ctx.metrics.kernel_phases.filter(pl.col("rank") == rank)
-    tiny = int(rows["tiny"].sum() or 0)
-    if not tiny:
-        return None
-    opt = int(rows.filter(pl.col("phase") == "optimizer")["tiny"].sum() or 0)
-    return opt / tiny
 
 
 def _impact(ctx: Context, rank: int, device: int, launch_ns: int) -> int | None:

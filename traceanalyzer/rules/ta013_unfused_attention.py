@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from traceanalyzer.analyses.attention import fused_flops, fused_rate
 from traceanalyzer.rules.base import Context, Finding, Rule, Scope, Severity
 from traceanalyzer.rules.examples import Event, cpu_op, kernel, launch, step
 
@@ -21,14 +22,6 @@ def _op_and_kernel(
         launch(ts + 1, 2, corr),
         kernel(ts + 10, dur, name, corr=corr),
     ]
-
-
-#: The throughput a fused attention kernel reaches, as a share of a large GEMM's on the same
-#: GPU (FlashAttention 2 and cuDNN SDPA run at 50-70 % of a bf16 GEMM's rate on an H100:
-#: their softmax and online rescaling do not run on the Tensor Cores).
-FUSED_SHARE_OF_GEMM = 0.6
-#: ... and of the GPU's dense 16-bit peak, where the trace gives no GEMM rate.
-FUSED_SHARE_OF_PEAK = 0.4
 
 
 class UnfusedAttention(Rule):
@@ -131,18 +124,8 @@ class UnfusedAttention(Rule):
             if not steps or not step_ns or kernel_ns / steps < t.min_share * step_ns:
                 continue
             top = max(rows, key=lambda r: r["kernel_ns"])
-            flops = sum(
-                r["calls"]
-                * 4
-                * r["n"]
-                * r["t"]
-                * r["s"]
-                * r["d"]
-                * (3.5 if r["backward"] else 1.0)
-                * (0.5 if r["causal"] else 1.0)
-                for r in rows
-            )
-            rate, basis = _fused_rate(rates.get((rank, device)))
+            flops = fused_flops(rows)
+            rate, basis = fused_rate(rates.get((rank, device)))
             impact = None
             fused_ns = None
             if rate:
@@ -176,18 +159,3 @@ class UnfusedAttention(Rule):
                 Scope(rank, device),
                 impact,
             )
-
-
-def _fused_rate(flops: dict[str, Any] | None) -> tuple[float | None, str]:
-    """The TFLOP/s a fused attention kernel would reach on this device, and its basis."""
-    if flops and flops.get("gemm_tflops"):
-        return (
-            flops["gemm_tflops"] * FUSED_SHARE_OF_GEMM,
-            f"at {FUSED_SHARE_OF_GEMM:.0%} of this trace's GEMM rate",
-        )
-    if flops and flops.get("peak_tflops"):
-        return (
-            flops["peak_tflops"] * FUSED_SHARE_OF_PEAK,
-            f"at {FUSED_SHARE_OF_PEAK:.0%} of the GPU's peak",
-        )
-    return None, "unknown"

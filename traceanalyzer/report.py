@@ -82,6 +82,7 @@ class DeviceDict(TypedDict):
     comm_wait_ns: int
     tensor_core: TensorCoreDict
     flops: dict[str, Any] | None
+    memory: dict[str, Any] | None
 
 
 class StepDict(TypedDict):
@@ -229,12 +230,45 @@ class Report:
             "memory_steps": list(self.memory_steps),
             "timeline_bins": list(self.timeline_bins),
             "critical_path": list(self.critical_path),
-            "diagnoses": [f.to_json() for f in self.findings],
+            "diagnoses": [_diagnosis(f, self.window["basis"]) for f in self.findings],
             "data_quality": self.quality,
         }
 
 
 TOP_BANDWIDTH_OPS = 15
+
+
+#: The memory-bound model's figures in `devices[].memory` (analyses/fusion.py).
+MEMORY_FIGURES = (
+    "memory_bound_ns",
+    "bytes",
+    "achieved_gbps",
+    "peak_gbps",
+    "fusible_share",
+    "floor_ns",
+    "unknown_ns",
+)
+
+
+def _memory_rows(metrics: Metrics) -> dict[tuple[int, int], dict[str, Any]]:
+    """Per device with memory-bound kernels: their time, the bytes their operators move,
+    the bandwidth they reach against the peak, the share of the bytes a fusion removes, the
+    time the bytes left after it take at the peak, and the time of operators without bytes
+    (the model: analyses/fusion.py)."""
+    return {
+        (r["rank"], r["device"]): {k: r[k] for k in MEMORY_FIGURES}
+        for r in metrics.memory_model.iter_rows(named=True)
+    }
+
+
+def _diagnosis(f: Finding, basis: str) -> dict[str, Any]:
+    """The contract's diagnosis object, with `impact_per`: "step" where the window is made
+    of steps, "window" where the trace has no step markers (the impact is the window's)."""
+    out = f.to_json()
+    keys = list(out)
+    at = keys.index("impact_ns") + 1
+    out["impact_per"] = "step" if basis == "steps" else "window"
+    return {k: out[k] for k in [*keys[:at], "impact_per", *keys[at:]]}
 
 
 def _rows(frame: pl.DataFrame) -> list[dict[str, Any]]:
@@ -345,6 +379,8 @@ BOUND_SHARE = 0.5
 BOUND_FINDING_SHARE = 0.10
 #: Without such a finding, a GPU busy at least this share of the window is GPU-bound.
 BUSY_GPU_BOUND = 0.85
+#: ... and memory-bound where memory-bound kernels hold at least this share of its kernels'.
+MEMORY_BOUND_SHARE = 0.5
 
 
 def headline_numbers(doc: Mapping[str, Any]) -> dict[str, Any]:
@@ -420,6 +456,8 @@ def verdict(
         bound = BOUND_BY_PATH.get(kind, "mixed") if path and ns / path >= BOUND_SHARE else "mixed"
         if busy is not None and busy >= BUSY_GPU_BOUND and bound in ("host", "idle", "mixed"):
             bound = "gpu_compute"  # a GPU this busy is not waiting for anything
+        if bound == "gpu_compute" and _memory_share(devices) >= MEMORY_BOUND_SHARE:
+            bound = "memory"  # busy with kernels that wait for memory, not for the SMs
     facts = []
     if step is not None:
         facts.append(f"{step / 1e6:.1f} ms steps")
@@ -444,8 +482,12 @@ def verdict(
     how_far = ""
     if mfu is not None and achieved is not None and peak is not None:
         how_far = f" at {_share(mfu)} MFU ({_rate(achieved)} of {peak:.0f} TFLOP/s {dtype})"
+    if bound == "memory" and (bandwidth := _bandwidth_words(devices)):
+        how_far = bandwidth + (f" and {_share(mfu)} MFU" if mfu is not None else "")
     return {
-        "headline": f"{BOUND_WORDS[bound]}{how_far}: " + "; ".join(facts),
+        "headline": _startup_words(findings)
+        + f"{BOUND_WORDS[bound]}{how_far}: "
+        + "; ".join(facts),
         "bound_by": bound,
         "step_ns": step,
         "busy_share": busy,
@@ -454,6 +496,45 @@ def verdict(
         "achieved_tflops": achieved,
         "peak_tflops": peak,
     }
+
+
+def _memory_share(devices: Sequence[Mapping[str, Any]]) -> float:
+    """Memory-bound kernel time over kernel time, all devices."""
+    kernel = sum(d.get("kernel_ns") or 0 for d in devices)
+    bound = sum((d.get("memory") or {}).get("memory_bound_ns") or 0 for d in devices)
+    return bound / kernel if kernel else 0.0
+
+
+def _bandwidth_words(devices: Sequence[Mapping[str, Any]]) -> str:
+    """ " at 91% of peak bandwidth (3056 of 3350 GB/s)" for a memory-bound job: its
+    memory-bound operators' bandwidth over the devices with known bytes and peak."""
+    rows = [
+        d["memory"]
+        for d in devices
+        if d.get("memory") and d["memory"]["achieved_gbps"] and d["memory"]["peak_gbps"]
+    ]
+    if not rows:
+        return ""
+    achieved = sum(r["achieved_gbps"] for r in rows) / len(rows)
+    peak = sum(r["peak_gbps"] for r in rows) / len(rows)
+    return f" at {achieved / peak:.0%} of peak bandwidth ({achieved:.0f} of {peak:.0f} GB/s)"
+
+
+def _startup_words(findings: list[Finding]) -> str:
+    """The headline's opening where one-time work fills most of a device's window (TA012):
+    the numbers after it describe start-up, not the loop."""
+    for f in findings:
+        e = f.evidence
+        if f.rule == "TA012" and e.get("dominates"):
+            first = (e.get("calls") or [{}])[0]
+            what = first.get("op_name") or first.get("name") or "one-time work"
+            return (
+                f"the trace shows start-up, not the loop ({f.rule}: "
+                f"{e['startup_ns'] / 1e6:.0f} ms of the "
+                f"{e['window_ns'] / 1e6:.0f} ms window is one-time work, the longest in "
+                f"{what}; profile steady steps); "
+            )
+    return ""
 
 
 def _share(x: float) -> str:
@@ -528,6 +609,7 @@ def build_report(
     """Assemble the report from the trace's meta, the analyses' results and the findings."""
     names = {(d.rank, d.device): d.name for d in meta.devices}
     flop_rows = _flop_rows(metrics)
+    memory_rows = _memory_rows(metrics)
     devices: list[DeviceDict] = [
         {
             "rank": r["rank"],
@@ -557,6 +639,7 @@ def build_report(
                 "unknown_ns": r["unknown_ns"] or 0,
             },
             "flops": flop_rows.get((r["rank"], r["device"])),
+            "memory": memory_rows.get((r["rank"], r["device"])),
         }
         for r in metrics.devices.iter_rows(named=True)
     ]

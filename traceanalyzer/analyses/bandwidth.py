@@ -6,14 +6,18 @@ input is read once, and the output is written once and taken to be as large as t
 input (elementwise, normalisation, softmax and casts; `copy_` reads its source and writes its
 destination, which are both inputs; a fill or random init only writes). Scalars and
 non-tensor arguments move nothing. Operators that touch a few elements of a large input by
-index (nll_loss, embedding, gather, scatter, index_*) get no estimate. An
-operator near 100 % of the peak is at the memory wall: only fusion (fewer passes over
-memory) makes it faster. Shares above 100 % mean the data came from the L2 cache, not from
-DRAM (tensors smaller than L2, re-read right after being written).
+index (nll_loss, embedding, gather, scatter, index_*) get no estimate. Reductions (sum,
+mean, var, amax...) read their input and write a result too small to count. An operator
+near 100 % of the peak is at the memory wall: only fusion (fewer passes over memory) makes
+it faster. An estimate above the peak is not a figure to show: the data came from the L2
+cache (tensors smaller than L2, re-read right after being written) or the shapes
+over-count the bytes (a broadcast input, a strided view); such rows keep their bytes, get
+`beyond_peak` and no achieved bandwidth.
 
 Achieved bandwidth = estimated bytes / time of the memory-bound and copy/cast kernels the
 operator launched. Peaks come from a table of known GPUs, matched on the device name the trace
-records (decimal GB/s, HBM or GDDR, dense).
+records and, for a name that covers several memories, its memory size (decimal GB/s, HBM or
+GDDR, dense).
 """
 
 from __future__ import annotations
@@ -33,11 +37,13 @@ from traceanalyzer.analyses.operators import (
 from traceanalyzer.analyses.windows import DEVICE_KEY
 from traceanalyzer.model import DeviceInfo, Timeline
 
-#: (device-name pattern, peak memory bandwidth in GB/s); first match wins.
+#: (device-name pattern, peak memory bandwidth in GB/s); first match wins. Parts whose name
+#: covers several memories are told apart by the memory the trace records (`MEMORY_VARIANTS`).
 PEAK_BANDWIDTH_GBPS: tuple[tuple[str, float], ...] = (
     (r"B200", 8000.0),
     (r"B100", 8000.0),
-    (r"GH200|H200", 4800.0),
+    (r"GH200", 4900.0),
+    (r"H200", 4800.0),
     (r"H100.*PCIe", 2000.0),
     (r"H100 NVL", 3900.0),
     (r"H100|H800", 3350.0),
@@ -56,6 +62,20 @@ PEAK_BANDWIDTH_GBPS: tuple[tuple[str, float], ...] = (
     (r"RTX 4090", 1008.0),
     (r"MI300X", 5300.0),
     (r"MI250", 3277.0),
+)
+
+#: (device-name pattern, largest memory in GiB, peak GB/s): a part sold with several memories
+#: whose name does not say which, told apart by the device memory the trace records; first
+#: match wins. GH200 comes with 96 GB of HBM3 (4.0 TB/s; 94.5 GiB usable) or 144 GB of
+#: HBM3e (4.9 TB/s); an "H100" with ~94 GB is the NVL part (3.9 TB/s), with 80 GB the SXM
+#: (HBM3, 3.35 TB/s) unless its name says PCIe; an A100 with 80 GB is the 2.0 TB/s part
+#: whatever its name says (NVIDIA datasheets).
+MEMORY_VARIANTS: tuple[tuple[str, float, float], ...] = (
+    (r"GH200", 100.0, 4000.0),
+    (r"H100(?!.*PCIe)", 90.0, 3350.0),
+    (r"H100(?!.*PCIe)", 100.0, 3900.0),
+    (r"A100(?!.*PCIe)", 48.0, 1555.0),
+    (r"A100(?!.*PCIe)", 90.0, 2039.0),
 )
 
 #: Bytes per element of the dtypes torch records in `Input type`.
@@ -79,10 +99,16 @@ DTYPE_BYTES: dict[str, int] = {
 _BANDWIDTH_CLASSES = ["memory_bound", "copy_cast"]
 
 
-def peak_bandwidth_gbps(device_name: str | None) -> float | None:
-    """The peak memory bandwidth of a known GPU, by its name; None when unknown."""
+def peak_bandwidth_gbps(device_name: str | None, memory_bytes: int | None = None) -> float | None:
+    """The peak memory bandwidth of a known GPU, by its name and, for a name that covers
+    parts with different memories (`MEMORY_VARIANTS`), the device memory; None when unknown."""
     if not device_name:
         return None
+    if memory_bytes:
+        gib = memory_bytes / 2**30
+        for pattern, most, gbps in MEMORY_VARIANTS:
+            if re.search(pattern, device_name) and gib <= most:
+                return gbps
     for pattern, gbps in PEAK_BANDWIDTH_GBPS:
         if re.search(pattern, device_name):
             return gbps
@@ -110,10 +136,114 @@ SPARSE_ACCESS_OPS = (
 )
 
 
+#: Reductions: they read their input and write a result far smaller (one value per reduced
+#: row or the whole tensor): the output is not counted (taking it as large as the input made
+#: a mean over the last dimension 330 % of an RTX 4090's peak).
+REDUCTION_OPS = (
+    r"^aten::(?:sum|mean|nansum|nanmean|var|std|var_mean|std_mean|amax|amin|aminmax|max|min"
+    r"|argmax|argmin|norm|linalg_vector_norm|prod|logsumexp|all|any|count_nonzero)$"
+)
+
+
+#: Elementwise operators and the inputs their functional form records (tensors and scalars,
+#: `alpha` included): a call recorded with one input more whose last input is a tensor as
+#: large as the largest is the `out=` form, and that last input is its output, written, not
+#: read (`torch.add(a, b, out=c)` records a, b, alpha and c: counting c as read and the
+#: output again made it 133 % of the H100's peak).
+ELEMENTWISE_ARITY: dict[str, int] = {
+    **{
+        f"aten::{op}": 1
+        for op in [
+            "neg",
+            "abs",
+            "exp",
+            "exp2",
+            "expm1",
+            "log",
+            "log1p",
+            "log2",
+            "log10",
+            "sqrt",
+            "rsqrt",
+            "sin",
+            "cos",
+            "tan",
+            "tanh",
+            "sigmoid",
+            "relu",
+            "silu",
+            "mish",
+            "erf",
+            "erfc",
+            "reciprocal",
+            "sign",
+            "floor",
+            "ceil",
+            "round",
+            "trunc",
+            "bitwise_not",
+            "logical_not",
+            "isnan",
+            "isinf",
+            "sgn",
+            "frac",
+        ]
+    },
+    **{
+        f"aten::{op}": 2
+        for op in [
+            "mul",
+            "div",
+            "pow",
+            "maximum",
+            "minimum",
+            "fmax",
+            "fmin",
+            "eq",
+            "ne",
+            "lt",
+            "le",
+            "gt",
+            "ge",
+            "logical_and",
+            "logical_or",
+            "logical_xor",
+            "bitwise_and",
+            "bitwise_or",
+            "bitwise_xor",
+            "fmod",
+            "remainder",
+            "atan2",
+            "hypot",
+            "copysign",
+            "xlogy",
+            "gelu",
+            "leaky_relu",
+        ]
+    },
+    **{
+        f"aten::{op}": 3
+        for op in [
+            "add",
+            "sub",
+            "rsub",
+            "clamp",
+            "where",
+            "lerp",
+            "threshold",
+            "hardtanh",
+            "softplus",
+        ]
+    },
+    **{f"aten::{op}": 4 for op in ["addcmul", "addcdiv"]},
+}
+
+
 def operator_bytes(timeline: Timeline, wanted: pl.LazyFrame | None = None) -> pl.LazyFrame:
-    """rank, external_id, op_name, op_start, op_end, bytes: the estimated traffic of each CPU
-    operator whose shapes and dtypes were recorded (only those in `wanted`, rank and
-    external_id, when given)."""
+    """rank, external_id, op_name, op_start, op_end, bytes, written, into_out: the estimated
+    traffic of each CPU operator whose shapes and dtypes were recorded, the part of it that
+    is its output, and whether it wrote into an `out=` tensor (only those in `wanted`, rank
+    and external_id, when given)."""
     candidates = timeline.events.lazy()
     if wanted is not None:
         candidates = candidates.join(wanted, on=["rank", "external_id"], how="semi")
@@ -134,12 +264,21 @@ def operator_bytes(timeline: Timeline, wanted: pl.LazyFrame | None = None) -> pl
         .explode("dims", "types")
         .with_columns(nbytes=list_product(pl.col("dims"), rank) * size)
         .group_by("_shape")
-        .agg(read=pl.col("nbytes").sum(), largest=pl.col("nbytes").max())
+        .agg(
+            read=pl.col("nbytes").sum(),
+            largest=pl.col("nbytes").max(),
+            last=pl.col("nbytes").last(),
+            inputs=pl.len(),
+        )
         .join(shapes.lazy().select("_shape", *SHAPE_TEXT), on="_shape")
         .drop("_shape")
     )
     name = pl.col("op_name")
     is_copy = name.str.contains(r"^aten::copy_$")
+    arity = name.replace_strict(ELEMENTWISE_ARITY, default=None, return_dtype=pl.Int64)
+    into_out = ((pl.col("inputs") == arity + 1) & (pl.col("last") == pl.col("largest"))).fill_null(
+        False
+    )
     return (
         with_shapes(ops.lazy(), traffic)
         .filter((pl.col("read") > 0) & ~name.str.contains(SPARSE_ACCESS_OPS))
@@ -149,11 +288,18 @@ def operator_bytes(timeline: Timeline, wanted: pl.LazyFrame | None = None) -> pl
             "op_name",
             "op_start",
             "op_end",
-            bytes=pl.when(is_copy)
+            bytes=pl.when(is_copy | into_out)
             .then(pl.col("read"))
             .when(name.str.contains(WRITE_ONLY_OPS))
             .then(pl.col("largest"))
+            .when(name.str.contains(REDUCTION_OPS))
+            .then(pl.col("read"))
             .otherwise(pl.col("read") + pl.col("largest")),
+            # the output: as large as the largest input, none for a reduction
+            written=pl.when(name.str.contains(REDUCTION_OPS))
+            .then(pl.lit(0, pl.Int64))
+            .otherwise(pl.col("largest")),
+            into_out=into_out,
         )
     )
 
@@ -193,7 +339,7 @@ def memory_bound_bandwidth(
         {
             "rank": [d.rank for d in devices],
             "device": [d.device for d in devices],
-            "peak_gbps": [peak_bandwidth_gbps(d.name) for d in devices],
+            "peak_gbps": [peak_bandwidth_gbps(d.name, d.memory_bytes) for d in devices],
         },
         schema={"rank": pl.Int32, "device": pl.Int32, "peak_gbps": pl.Float64},
     ).unique(subset=DEVICE_KEY)
@@ -207,6 +353,13 @@ def memory_bound_bandwidth(
         .filter(pl.col("kernel_ns") > 0)
         .with_columns(gbps=pl.col("bytes") / pl.col("kernel_ns"))
         .join(peaks.lazy(), on=DEVICE_KEY, how="left")
+        .with_columns(beyond_peak=(pl.col("gbps") > pl.col("peak_gbps")).fill_null(False))
+        .with_columns(
+            # an estimate above the physical peak is not shown: the tensors came from the L2
+            # cache (small, re-read right after being written) or the shapes over-count the
+            # bytes (a broadcast input read once, a view); the bytes stay for the record
+            gbps=pl.when(pl.col("beyond_peak")).then(None).otherwise(pl.col("gbps")),
+        )
         .with_columns(share_of_peak=pl.col("gbps") / pl.col("peak_gbps"))
         .sort(["kernel_ns", "rank", "device", "op_name"], descending=[True, False, False, False])
         .collect()

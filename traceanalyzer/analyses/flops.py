@@ -339,7 +339,7 @@ def device_flops(
         flops=pl.col("flops").sum(), gemm_ns=pl.col("kernel_ns").sum()
     )
     peaks = {(d.rank, d.device): peak_tflops(d.name) for d in devices}
-    bandwidth = {(d.rank, d.device): peak_bandwidth_gbps(d.name) for d in devices}
+    bandwidth = {(d.rank, d.device): peak_bandwidth_gbps(d.name, d.memory_bytes) for d in devices}
     rows = totals.join(timing, on=DEVICE_KEY).join(top, on=DEVICE_KEY, how="left")
     peak = [
         (peaks.get((r, d)) or {}).get(dt) if dt else None

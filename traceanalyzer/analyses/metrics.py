@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from traceanalyzer.analyses import fusion, startup
+
 if TYPE_CHECKING:
     from traceanalyzer.analyses.collectives import CollectiveSplit
     from traceanalyzer.analyses.context import RunFacts
@@ -189,6 +191,7 @@ FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
         "bytes": pl.Int64,
         "gbps": pl.Float64,
         "peak_gbps": pl.Float64,
+        "beyond_peak": pl.Boolean,
         "share_of_peak": pl.Float64,
     },
     "matmul_shapes": {
@@ -306,6 +309,10 @@ FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
         "kernel_ns": pl.Int64,
         "fused_ns": pl.Int64,
     },
+    "memory_model": dict(fusion.SCHEMA),
+    "fusion_patterns": dict(fusion.PATTERN_SCHEMA),
+    "startup": dict(startup.SCHEMA),
+    "startup_idle": dict(startup.IDLE_SCHEMA),
     "excluded_steps": {
         "rank": pl.Int32,
         "step": pl.Int64,
@@ -433,6 +440,12 @@ class Metrics:
     - `attention`: rank, device, n, t, s, d, causal, backward, ops, calls, kernel_ns,
       fused_ns: attention computed by hand over n x T x S score tensors
       (analyses/attention.py).
+    - `memory_model`: per device, the memory-bound kernels' traffic, the part a fusion
+      removes and the roof: what fixing them can save (analyses/fusion.py);
+      `fusion_patterns`: the operator sequences of the chains whose fusion saves most.
+    - `startup`: one-time host calls inside the windows (initialisation, a first launch
+      that loads a library) and the GPU idle under them (analyses/startup.py);
+      `startup_idle`: per device, their union (startup_ns) and the idle under it (idle_ns).
     - `balance`: the ranks' own times per steady step, the slowest rank, why, and the price
       of the imbalance (analyses/imbalance.py).
     """
@@ -479,6 +492,10 @@ class Metrics:
     kernel_phases: pl.DataFrame
     attention: pl.DataFrame
     balance: RankBalance
+    memory_model: pl.DataFrame
+    fusion_patterns: pl.DataFrame
+    startup: pl.DataFrame
+    startup_idle: pl.DataFrame
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -31,6 +31,7 @@ from traceanalyzer.analyses import (
     critical_path,
     devices,
     flops,
+    fusion,
     gemm_units,
     host_phases,
     idle,
@@ -39,6 +40,7 @@ from traceanalyzer.analyses import (
     memory,
     overlap,
     shapes,
+    startup,
     steady,
     tensor_cores,
     windows,
@@ -329,6 +331,12 @@ def _reduce(
         "kernel_phases": host_phases.kernel_phases(segs, w.linked),
         "op_flops": flops.op_flops(timeline, in_windows),
         "attention": attention.unfused_attention(timeline, in_windows),
+        "memory_model": (
+            mem := fusion.memory_bound_model(timeline, in_windows, timeline.meta.devices)
+        )[0],
+        "fusion_patterns": mem[1],
+        "startup": (one_time := startup.one_time_calls(timeline, w.wins, w.gaps)),
+        "startup_idle": startup.idle_per_device(one_time, w.gaps),
         "timeline_bins": idle.timeline_bins(w.gaps, w.wins),
         "bandwidth": bandwidth.memory_bound_bandwidth(timeline, in_windows, timeline.meta.devices),
         "matmul_shapes": shapes.matmul_shapes(timeline, in_windows),

@@ -511,6 +511,7 @@ def page_context(report: Report) -> dict[str, Any]:
         "r": r,
         "header": _header(r),
         "findings": _findings(r),
+        "saves_heading": "saves / step" if r.window["basis"] == "steps" else "saves (window)",
         "rule_docs": [
             (code, BY_CODE[code].slug, _rule_doc(code)) for code in codes if code in BY_CODE
         ],

@@ -63,7 +63,7 @@ class MarkdownRenderer:
             lines.append("No rule fired.")
         for g in group_findings(r.findings):
             f = g.lead
-            saves = f" — {saving_range_text(g.impacts)}" if g.impacts else ""
+            saves = f" — {saving_range_text(g.impacts, w['basis'])}" if g.impacts else ""
             where = f" on {ranks_text(g.ranks)}" if len(g.ranks) > 1 else ""
             worst = "Worst: " if len(g.ranks) > 1 else ""
             lines.append(f"- **{g.severity.value}** `{f.rule}` {_text(f.title)}{where}{saves}  ")

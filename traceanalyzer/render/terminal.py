@@ -9,7 +9,13 @@ from typing import TextIO
 
 from traceanalyzer.render.grouping import group_findings, ranks_text
 from traceanalyzer.render.ranks import HEADINGS, cells, folded_note, rank_table
-from traceanalyzer.render.units import duration, percent, printable, saving_range_text
+from traceanalyzer.render.units import (
+    duration,
+    percent,
+    printable,
+    saves_heading,
+    saving_range_text,
+)
 from traceanalyzer.report import Report
 
 NAME_WIDTH = 90
@@ -102,7 +108,7 @@ def _render_rich(r: Report, out: TextIO) -> None:
     for line in head:
         console.print(Text(line))
     table = Table(title="Diagnoses (most impactful first)", title_justify="left", expand=True)
-    for col in ("severity", "rule", "finding", "saves/step"):
+    for col in ("severity", "rule", "finding", saves_heading(r.window["basis"])):
         table.add_column(col, overflow="fold")
     for g in group_findings(r.findings):
         f = g.lead
@@ -379,6 +385,11 @@ def _tensor_core_lines(r: Report) -> list[str]:
     return lines
 
 
+def _gbps(gbps: float | None) -> str:
+    """Achieved GB/s, or n/a where the estimate is above the peak (not a figure to show)."""
+    return "n/a" if gbps is None else f"{gbps:.0f}"
+
+
 def _bandwidth_lines(r: Report) -> list[str]:
     if not r.bandwidth:
         return []
@@ -386,7 +397,8 @@ def _bandwidth_lines(r: Report) -> list[str]:
     lines.append(f"  {'kernel time':>11} {'GB/s':>8} {'of peak':>8}  operator")
     for b in r.bandwidth[:8]:
         lines.append(
-            f"  {duration(b['kernel_ns']):>11} {b['gbps']:>8.0f} {percent(b['share_of_peak']):>8}"
+            f"  {duration(b['kernel_ns']):>11} {_gbps(b['gbps']):>8} "
+            f"{'> peak' if b.get('beyond_peak') else percent(b['share_of_peak']):>8}"
             f"  {printable(b['op_name'], 60)} ({b['ops']} calls, rank {b['rank']})"
         )
     return lines
@@ -437,7 +449,7 @@ def _diagnosis_lines(r: Report) -> list[str]:
         lines.append("  none: no rule fired")
     for g in group_findings(r.findings):
         f = g.lead
-        saves = f"  ({saving_range_text(g.impacts)})" if g.impacts else ""
+        saves = f"  ({saving_range_text(g.impacts, r.window['basis'])})" if g.impacts else ""
         where = f" on {ranks_text(g.ranks)}" if len(g.ranks) > 1 else ""
         lines.append(f"  [{g.severity.value}] {f.rule} {f.title}{where}{saves}")
         lines.append(f"      {_lead_prefix(g)}{printable(f.message, TEXT_WIDTH)}")

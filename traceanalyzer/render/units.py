@@ -3,22 +3,34 @@
 from __future__ import annotations
 
 
-def saving_text(impact_ns: int) -> str:
-    """A finding's estimated saving per step, in words; none where the critical path shows
-    none (a host-bound step gains nothing from faster GPU work, for one)."""
+def per(basis: str) -> str:
+    """The unit of a saving: "/step" where the window is made of steps, " over the window"
+    where the trace has no step markers (its savings are the window's, not a step's)."""
+    return "/step" if basis == "steps" else " over the window"
+
+
+def saving_text(impact_ns: int, basis: str = "steps") -> str:
+    """A finding's estimated saving per step (or over the window, `basis` "trace"), in
+    words; none where the critical path shows none (a host-bound step gains nothing from
+    faster GPU work, for one)."""
     if impact_ns <= 0:
         return "no saving on this trace's critical path"
-    return f"fixing it saves ~{duration(impact_ns)}/step"
+    return f"fixing it saves ~{duration(impact_ns)}{per(basis)}"
 
 
-def saving_range_text(impacts: list[int]) -> str:
+def saving_range_text(impacts: list[int], basis: str = "steps") -> str:
     """The savings of a rule's findings across ranks: one value, or the range."""
     lo, hi = min(impacts), max(impacts)
     if hi <= 0:
         return "no saving on this trace's critical path"
     if lo == hi:
-        return saving_text(hi)
-    return f"fixing it saves ~{duration(lo)} to {duration(hi)}/step"
+        return saving_text(hi, basis)
+    return f"fixing it saves ~{duration(lo)} to {duration(hi)}{per(basis)}"
+
+
+def saves_heading(basis: str) -> str:
+    """The heading of a table's saving column."""
+    return "saves/step" if basis == "steps" else "saves (window)"
 
 
 def duration(ns: int | None) -> str:

@@ -114,6 +114,9 @@ class Finding:
     impact_ns: int | None
     evidence: dict[str, Any]
     advice: str
+    #: The time the price claims (the rule's `claims`): findings that claim the same time
+    #: are alternatives, never a sum.
+    claims: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """The contract's diagnosis object."""
@@ -133,6 +136,7 @@ class Finding:
                 ),
             },
             "impact_ns": self.impact_ns,
+            "claims": self.claims,
             "evidence": self.evidence,
             "advice": self.advice,
         }
@@ -245,6 +249,10 @@ class Rule:
     #: before the time-priced findings of the same severity.
     risk: ClassVar[bool] = False
 
+    #: The time a finding's price is taken from (`claims` in the JSON): two findings that
+    #: claim the same time (the host's idle, the step's critical path) are not to be summed.
+    claims: ClassVar[str] = "critical_path"
+
     #: Tiny example traces: events (Chrome-trace dicts) the rule fires on / stays quiet on.
     example_bad: ClassVar[list[dict[str, Any]]] = []
     example_good: ClassVar[list[dict[str, Any]]] = []
@@ -262,10 +270,17 @@ class Rule:
         impact_ns: int | None = None,
         advice: str | None = None,
         severity: Severity | None = None,
+        ceiling_ns: int | None = None,
     ) -> Finding:
         """Build a finding; its impact is capped at the steady step time (a fix cannot save
-        more than the step takes) and its severity follows its impact share unless given."""
+        more than the step takes) and its severity follows its impact share unless given.
+
+        `ceiling_ns`: the most the fix can save per step, from physics or from what the fix
+        changes (the rule's docs say which), computed apart from the impact model: recorded
+        as `evidence.impact_ceiling_ns`, and the tests check every price against it."""
         scope = scope or Scope()
+        if ceiling_ns is not None:
+            evidence = {**evidence, "impact_ceiling_ns": max(0, ceiling_ns)}
         cap = ctx.step_of(scope.rank)
         if impact_ns is not None:
             impact_ns = max(0, impact_ns if cap is None else min(impact_ns, cap))
@@ -282,6 +297,7 @@ class Rule:
             impact_ns=impact_ns,
             evidence={**evidence, "impact_share_of_step": share},
             advice=words(advice or self.advice),
+            claims=self.claims,
         )
 
     @classmethod

@@ -6,6 +6,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+import polars as pl
+
 from traceanalyzer.analyses.host_phases import host_phase_medians
 from traceanalyzer.rules import advice as advise
 from traceanalyzer.rules.base import Context, Finding, Rule, Scope, Severity, launch_bound
@@ -18,10 +20,13 @@ class GpuStarvation(Rule):
     ## What it detects
     Idle time inside the analysed window whose cause is `host_wait`: the work that ended
     each gap was launched only after the gap began, and the gap was longer than launch
-    overhead. Waits that end at a step's first GPU operation are counted apart: they point at
-    what happens between steps (the input pipeline, logging, checkpointing); the rest happen
-    inside steps (CPU-side work between launches). On a device whose kernels average under
-    10 µs and whose waits inside steps average at most 100 µs per kernel, those waits are
+    overhead. Idle under one-time host work (initialisation, a first launch that loads a
+    library, compilation: analyses/startup.py) is start-up, not the loop's: it is left out
+    here and named by TA012. Waits that end at a step's first GPU operation are counted
+    apart: they point at what happens between steps (the input pipeline, logging,
+    checkpointing); the rest happen inside steps (CPU-side work between launches). On a
+    device whose kernels average under 10 µs and whose waits inside steps average at most
+    100 µs per kernel, those waits are
     the launches' own cost and TA003 reports them (unless the run replays CUDA graphs); only
     the waits between steps count here.
 
@@ -50,6 +55,7 @@ class GpuStarvation(Rule):
     slug = "gpu-starvation"
     title = "GPU starved: idle while waiting for the host"
     category = "gpu_starvation"
+    claims = "host_wait_idle"
     default_severity = Severity.WARNING
     advice = (
         "Feed the GPU faster: more DataLoader workers, pin_memory and prefetching for waits "
@@ -81,6 +87,11 @@ class GpuStarvation(Rule):
             between = d["host_wait_between_steps_ns"]
             # kernels shorter than a launch: the waits inside steps are TA003's launches
             wait = between if launch_bound(ctx, d) else d["host_wait_ns"]
+            # one-time work (a first launch that loads a library, compilation) is start-up,
+            # not the loop's: TA012 names it
+            startup = min(wait, _startup_idle(ctx, d["rank"], d["device"]))
+            wait -= startup
+            between = min(between, wait)
             share = wait / window if window else None
             if share is None or share < t.min_host_wait_share:
                 continue
@@ -111,6 +122,8 @@ class GpuStarvation(Rule):
                             if ns
                         )
                     )
+            if startup:
+                where.append(f"{startup / 1e6:.2f} ms more is start-up, left out (TA012)")
             yield self.finding(
                 ctx,
                 f"rank {d['rank']} GPU {d['device']}: idle {d['idle_share']:.0%} of a "
@@ -125,11 +138,13 @@ class GpuStarvation(Rule):
                     "host_wait_inside_steps_ns": inside,
                     "longest_gap_ns": d["longest_gap_ns"],
                     "host_phases": phases,
+                    "startup_idle_ns": startup,
                     "threshold_share": t.min_host_wait_share,
                 },
                 Scope(d["rank"], d["device"]),
                 _impact(ctx, d["rank"], d["device"], wait),
                 advice,
+                ceiling_ns=ctx.per_step(wait, d["rank"], d["device"]),
             )
 
 
@@ -141,6 +156,12 @@ PHASE_WORDS = {
     "forward": "forward",
     "other": "outside operators",
 }
+
+
+def _startup_idle(ctx: Context, rank: int, device: int) -> int:
+    """The device's idle under one-time host work (analyses/startup.py)."""
+    rows = ctx.metrics.startup_idle.filter((pl.col("rank") == rank) & (pl.col("device") == device))
+    return int(rows["idle_ns"].sum() or 0)
 
 
 def _phases(ctx: Context, rank: int) -> dict[str, int] | None:

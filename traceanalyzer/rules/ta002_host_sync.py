@@ -52,6 +52,7 @@ class HostSync(Rule):
     slug = "host-sync"
     title = "Host-device sync in the step loop"
     category = "host_sync"
+    claims = "sync_idle"
     default_severity = Severity.WARNING
     # a sync every step costs little while the host is slower than the GPU, but it keeps the
     # host from running ahead and CUDA graphs from capturing the step: the fixes for host
@@ -118,6 +119,7 @@ class HostSync(Rule):
                 Scope(rank=rank),
                 _per_step(ctx, rank, bubble),
                 _advice(ctx),
+                ceiling_ns=_per_step(ctx, rank, bubble),
             )
 
 

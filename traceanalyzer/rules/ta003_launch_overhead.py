@@ -70,6 +70,7 @@ class LaunchOverhead(Rule):
     slug = "launch-overhead"
     title = "Launch-overhead bound: tiny kernels, GPU waits for each launch"
     category = "launch_overhead"
+    claims = "launch_idle"
     default_severity = Severity.WARNING
     advice = (
         "Launch fewer, larger kernels: torch.compile (fusion, CUDA graphs with "
@@ -146,6 +147,7 @@ class LaunchOverhead(Rule):
                 Scope(d["rank"], d["device"]),
                 impact,
                 advice,
+                ceiling_ns=ctx.per_step(launch, d["rank"], d["device"]),
             )
 
 

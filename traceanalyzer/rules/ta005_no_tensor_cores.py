@@ -58,6 +58,7 @@ class NoTensorCores(Rule):
     slug = "no-tensor-cores"
     title = "GEMMs not on Tensor Cores"
     category = "no_tensor_cores"
+    claims = "gemm_kernels"
     default_severity = Severity.WARNING
     advice = (
         "Use bf16 autocast, or allow TF32 for FP32 matmuls "
@@ -129,6 +130,7 @@ class NoTensorCores(Rule):
                 Scope(rank, device),
                 _impact(ctx, rank, device, saving, off, gemm),
                 _advice(fp32, half, odd, advise.arch(ctx, rank, device)),
+                ceiling_ns=ctx.per_step(off, rank, device),
             )
 
 

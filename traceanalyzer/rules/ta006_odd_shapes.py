@@ -89,6 +89,7 @@ class OddShapes(Rule):
     slug = "odd-shapes"
     title = "GEMM dimensions not aligned for Tensor Cores"
     category = "odd_shapes"
+    claims = "gemm_kernels"
     default_severity = Severity.WARNING
     advice = (
         "Pad GEMM dimensions to multiples of 8 (16-bit), 16 (8-bit) or 64 to be safe, e.g. a "
@@ -167,6 +168,7 @@ class OddShapes(Rule):
                 Scope(rank, device),
                 impact,
                 _advice(pads),
+                ceiling_ns=ctx.per_step(odd, rank, device),
             )
 
 

@@ -81,6 +81,7 @@ class RankImbalance(Rule):
     slug = "rank-imbalance"
     title = "Rank imbalance: ranks wait for a slow rank in collectives"
     category = "rank_imbalance"
+    claims = "rank_gap"
     default_severity = Severity.WARNING
     advice = (
         "Balance the ranks: even sharding and sequence-length bucketing, no rank-0-only "
@@ -166,6 +167,7 @@ class RankImbalance(Rule):
             Scope(rank=slow),
             b.impact_ns,
             _advice(b, rows, slow),
+            ceiling_ns=b.gap_ns,
         )
 
 

@@ -61,6 +61,7 @@ class PageableMemcpy(Rule):
     slug = "pageable-memcpy"
     title = "Host-to-device copies from pageable memory"
     category = "pageable_memcpy"
+    claims = "pageable_copies"
     default_severity = Severity.WARNING
     advice = (
         "Pin host memory: DataLoader(pin_memory=True) and .to(device, non_blocking=True), or "
@@ -112,6 +113,7 @@ class PageableMemcpy(Rule):
                 },
                 Scope(rank, device),
                 ctx.per_step(excess, rank, device),
+                ceiling_ns=ctx.per_step(time, rank, device),
             )
 
 

@@ -62,6 +62,7 @@ class MemoryGrowth(Rule):
     slug = "memory-growth"
     title = "GPU memory grows step over step"
     category = "memory_growth"
+    claims = "none"
     default_severity = Severity.WARNING
     risk = True  # the job runs out of memory: before costs of the same severity
     advice = (

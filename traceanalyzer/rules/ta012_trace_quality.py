@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import polars as pl
 
@@ -36,7 +36,11 @@ class TraceQuality(Rule):
     markers at all (the whole trace is the window and there is no per-step impact); events
     the reader dropped (unknown categories, zero timestamps, negative durations); and, where
     the metrics carry the clock check, GPU work that starts before the host call that
-    launched it by more than a tolerance (host and device clocks disagree).
+    launched it by more than a tolerance (host and device clocks disagree); and one-time
+    work inside the window (a first launch that loads a library or autotunes, `cudaFree`
+    creating the context, compilation: analyses/startup.py) over `min_startup_share` of
+    it, a warning where it is most of the window: the trace then shows start-up, not the
+    loop, and the verdict says so. Its GPU idle is left out of TA001's price.
 
     ## Why it matters
     Every other diagnosis rests on the trace. A truncated trace misses the end of the run, a
@@ -63,6 +67,7 @@ class TraceQuality(Rule):
     slug = "trace-quality"
     title = "Trace quality limits the analysis"
     category = "trace_quality"
+    claims = "none"
     default_severity = Severity.INFO
     advice = (
         "Capture a complete trace of at least three active steps after warm-up "
@@ -80,6 +85,14 @@ class TraceQuality(Rule):
         max_early_start_share: float = field(
             default=0.01,
             metadata={"help": "share of GPU work starting before its launch that is tolerated"},
+        )
+        min_startup_share: float = field(
+            default=0.10,
+            metadata={"help": "one-time work as a share of the window that is named"},
+        )
+        startup_dominates_share: float = field(
+            default=0.50,
+            metadata={"help": "one-time work share of the window at which it is a warning"},
         )
 
     example_bad: ClassVar[list[Event]] = _steps(1)
@@ -107,6 +120,7 @@ class TraceQuality(Rule):
                 "(imbalance, communication) are missing those ranks.",
             )
         yield from self._steps(ctx, t)
+        yield from self._startup(ctx, t)
         dropped = {k: n for k, n in q.dropped.items() if k not in BENIGN_DROPS}
         if sum(dropped.values()) >= t.min_dropped_events and dropped:
             listed = ", ".join(
@@ -146,6 +160,56 @@ class TraceQuality(Rule):
                     severity=Severity.INFO,
                 )
 
+    def _startup(self, ctx: Context, t: Thresholds) -> Iterable[Finding]:
+        """One-time work inside the window (analyses/startup.py), per device."""
+        calls = ctx.metrics.startup
+        for d in ctx.devices():
+            rank, device, window = d["rank"], d["device"], d["window_ns"]
+            row = ctx.metrics.startup_idle.filter(
+                (pl.col("rank") == rank) & (pl.col("device") == device)
+            )
+            once = int(row["startup_ns"].sum() or 0)
+            if not window or once < t.min_startup_share * window:
+                continue
+            mine = calls.filter((pl.col("rank") == rank) & (pl.col("device") == device))
+            top = [
+                {k: c[k] for k in ("name", "op_name", "dur_ns", "idle_ns")}
+                for c in _outermost(mine.head(TOP_SCAN), 3)
+            ]
+            named = "; ".join(
+                f"{c['dur_ns'] / 1e6:.1f} ms in {c['name']}"
+                + (f" inside {c['op_name']}" if c["op_name"] and c["op_name"] != c["name"] else "")
+                for c in top
+            )
+            dominates = once >= t.startup_dominates_share * window
+            stepped = ctx.metrics.basis == "steps"
+            yield self.finding(
+                ctx,
+                f"rank {rank} GPU {device}: the window holds start-up: "
+                f"{once / 1e6:.1f} ms of the {window / 1e6:.1f} ms window is one-time work "
+                f"({named}); the GPU idles {int(row['idle_ns'].sum() or 0) / 1e6:.1f} ms of it"
+                + ("; the trace shows start-up, not the loop" if dominates else "")
+                + "; no price here counts it",
+                {
+                    "window_ns": window,
+                    "startup_ns": once,
+                    "startup_share": once / window,
+                    "startup_idle_ns": int(row["idle_ns"].sum() or 0),
+                    "calls": top,
+                    "dominates": dominates,
+                    "threshold_share": t.min_startup_share,
+                },
+                Scope(rank, device),
+                severity=Severity.WARNING if dominates else Severity.INFO,
+                advice=(
+                    "Profile steady steps: torch.profiler.schedule(wait=1, warmup=1, active=3) "
+                    "with prof.step() every iteration"
+                    + ("" if stepped else " (this trace has no step markers)")
+                    + ", or start the profiler after a few iterations; the first iteration's "
+                    "library loading, autotuning and compilation happen once."
+                ),
+            )
+
     def _clock(self, ctx: Context, t: Thresholds) -> Iterable[Finding]:
         for r in ctx.metrics.early_starts.iter_rows(named=True):
             if not r["linked"] or r["early_share"] <= t.max_early_start_share:
@@ -167,3 +231,20 @@ class TraceQuality(Rule):
                 advice="Idle gaps and the critical path are unreliable: re-capture on one "
                 "host with a current profiler, or align the traces' clocks before merging.",
             )
+
+
+#: One-time calls looked at for the finding's list (longest first).
+TOP_SCAN = 50
+
+
+def _outermost(calls: pl.DataFrame, n: int) -> list[dict[str, Any]]:
+    """The first `n` of `calls` (longest first) that are not inside one listed before (a
+    compilation range and the ranges it holds are one piece of work)."""
+    kept: list[dict[str, Any]] = []
+    for c in calls.iter_rows(named=True):  # at most TOP_SCAN summary rows
+        if any(k["start_ns"] <= c["start_ns"] and c["end_ns"] <= k["end_ns"] for k in kept):
+            continue
+        kept.append(c)
+        if len(kept) == n:
+            break
+    return kept

@@ -68,6 +68,7 @@ class UnfusedAttention(Rule):
     slug = "unfused-attention"
     title = "Attention computed by hand: no fused attention kernel"
     category = "unfused_attention"
+    claims = "attention_kernels"
     default_severity = Severity.WARNING
     advice = (
         "Use torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True) instead "
@@ -158,4 +159,5 @@ class UnfusedAttention(Rule):
                 },
                 Scope(rank, device),
                 impact,
+                ceiling_ns=kernel_ns // steps,
             )

@@ -1,0 +1,223 @@
+"""One-time work inside the analysed window: start-up that is not the loop.
+
+A trace profiled from a process's first iteration, without a schedule or step markers to
+leave the warm-up out, holds initialisation inside its window: the CUDA context, module
+loading, cuBLAS/cuDNN handles, the first convolution's library load and autotuning (one
+`cudaLaunchKernel` that takes 675 ms), a first `cudaFree` that creates the context. While
+the host does it the GPU idles, and a report would read that idle as starvation and price
+it per step ("saves ~1.02 s/step, use CUDA graphs"), though it happens once.
+
+A host runtime or driver call inside a device's window is **one-time work** when it takes
+at least `MIN_NS` and either is initialisation by name (`steady.ONE_TIME_WORK`: module
+loads, allocations, handle and stream creation, NCCL init, compilation; `cudaFree`, which
+synchronises and, first called, creates the context) or takes at least `FACTOR` times the
+median call of its name on its rank (a first launch among thousands of µs launches); so is
+a host range of compilation or autotuning (torch.compile's, Inductor's: ONE_TIME_WORK) of
+at least `MIN_NS`; so is an operator's call that takes `FACTOR` times the median call of
+its name (two calls or more), cudnn.benchmark's first convolution, 390 ms against 50 µs
+later. A call found by its length rather than its name (and `cudaFree`) counts only where
+the GPU idles at least half of it: a long call with the GPU busy is a sync, not start-up.
+The GPU idle they cover (`idle_ns`: the device's idle gaps while they run) is start-up,
+not the loop's: TA001 leaves it out of its price, and TA012 names it.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceanalyzer.analyses.intervals import clipped_ns, union
+from traceanalyzer.analyses.steady import ONE_TIME_WORK
+from traceanalyzer.model import Kind, Timeline
+
+#: A call shorter than this is not worth naming as start-up (1 ms).
+MIN_NS = 1_000_000
+#: A call this many times its name's median call on the rank is one-time work.
+FACTOR = 50
+#: Names that are one-time work when long, besides ONE_TIME_WORK: cudaFree synchronises the
+#: device and, first called, initialises the context (the `cudaFree(0)` idiom).
+LONG_ONCE = (
+    r"^(?:cudaFree|cuMemFree\w*|hipFree|cudaFreeHost|cuInit|cudaSetDevice|cudaGetDeviceCount)"
+    r"(?:_v\d+)?$"
+)
+
+SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32(),
+    "device": pl.Int32(),
+    "name": pl.String(),
+    "op_name": pl.String(),
+    "start_ns": pl.Int64(),
+    "end_ns": pl.Int64(),
+    "dur_ns": pl.Int64(),
+    "idle_ns": pl.Int64(),
+}
+
+
+def one_time_calls(timeline: Timeline, windows: pl.DataFrame, gaps: pl.DataFrame) -> pl.DataFrame:
+    """rank, device, name, op_name, start_ns, dur_ns, idle_ns: each one-time host call
+    inside a device's window (one row per call and device of its rank), with the operator
+    that made it (the innermost CPU operator around it on its thread, null where none) and
+    the device's idle time while it ran. Longest first.
+
+    `windows`: rank, device, start_ns, end_ns; `gaps`: the idle gaps (rank, device,
+    start_ns, end_ns)."""
+    events = timeline.events.lazy()
+    name = pl.col("name").cast(pl.String)
+    dur = pl.col("end_ns") - pl.col("start_ns")
+    calls = (
+        events.filter(pl.col("kind").is_in([Kind.RUNTIME.value, Kind.DRIVER.value]))
+        .select("rank", "pid", "tid", "start_ns", "end_ns", name=name)
+        .with_columns(median=dur.median().over("rank", "name"))
+        .filter(
+            (dur >= MIN_NS)
+            & (
+                pl.col("name").str.contains(ONE_TIME_WORK)
+                | pl.col("name").str.contains(LONG_ONCE)
+                | (dur >= FACTOR * pl.col("median"))
+            )
+        )
+        .drop("median")
+        # only a name's initialisation counts whatever the GPU does; a call that is long
+        # for its name must leave the GPU idle (a long sync is the GPU's work, not start-up)
+        .with_columns(first_call=~pl.col("name").str.contains(ONE_TIME_WORK))
+    )
+    # host ranges of compilation and autotuning (torch.compile's, Inductor's)
+    ranges = (
+        events.filter(
+            pl.col("kind").is_in([Kind.ANNOTATION.value, Kind.CPU_OP.value, Kind.PYTHON.value])
+        )
+        .select("rank", "pid", "tid", "start_ns", "end_ns", name=name)
+        .filter((dur >= MIN_NS) & pl.col("name").str.contains(ONE_TIME_WORK))
+        .with_columns(first_call=pl.lit(False))
+    )
+    # operators whose call takes FACTOR times their usual one while the GPU idles: a first
+    # call that initialises a library or autotunes (cudnn.benchmark's first convolution)
+    first = (
+        events.filter(pl.col("kind") == Kind.CPU_OP.value)
+        .select("rank", "pid", "tid", "start_ns", "end_ns", name=name)
+        .with_columns(median=dur.median().over("rank", "name"), calls=pl.len().over("rank", "name"))
+        .filter(
+            (dur >= MIN_NS)
+            & (pl.col("calls") > 1)
+            & (dur >= FACTOR * pl.col("median"))
+            & ~pl.col("name").str.contains(ONE_TIME_WORK)
+        )
+        .drop("median", "calls")
+        .with_columns(first_call=pl.lit(True))
+    )
+    found = pl.concat([calls, ranges, first]).collect()
+    if found.height == 0:
+        return pl.DataFrame(schema=SCHEMA)
+    found = found.with_row_index("_call")
+    ops = (
+        timeline.events.lazy()
+        .filter(pl.col("kind") == Kind.CPU_OP.value)
+        .join(found.lazy().select("rank").unique(), on="rank", how="semi")
+        .select(
+            "rank",
+            "pid",
+            "tid",
+            o_start="start_ns",
+            o_end="end_ns",
+            op_name=pl.col("name").cast(pl.String),
+        )
+    )
+    pairs = (
+        found.lazy()
+        .select("_call", "rank", "pid", "tid", "start_ns", "end_ns")
+        .join_where(
+            ops.rename({"rank": "_rank", "pid": "_pid", "tid": "_tid"}),
+            pl.col("o_start") <= pl.col("start_ns"),
+            pl.col("o_end") >= pl.col("end_ns"),
+        )
+        .filter(
+            (pl.col("rank") == pl.col("_rank"))
+            & (pl.col("pid") == pl.col("_pid"))
+            & (pl.col("tid") == pl.col("_tid"))
+        )
+        .group_by("_call")
+        .agg(
+            pl.col("op_name")
+            .sort_by("o_start", "o_end", "op_name", descending=[False, True, False])
+            .last()
+        )
+    )
+    placed = (
+        found.lazy()
+        .join(pairs, on="_call", how="left")
+        .join(
+            windows.lazy().select("rank", "device", w_start="start_ns", w_end="end_ns"),
+            on="rank",
+        )
+        .filter((pl.col("start_ns") < pl.col("w_end")) & (pl.col("end_ns") > pl.col("w_start")))
+    )
+    idle = (
+        placed.select("_call", "rank", "device", "start_ns", "end_ns")
+        .join(
+            gaps.lazy().select("rank", "device", g_start="start_ns", g_end="end_ns"),
+            on=["rank", "device"],
+        )
+        .with_columns(
+            overlap=(
+                pl.min_horizontal("end_ns", "g_end") - pl.max_horizontal("start_ns", "g_start")
+            ).clip(lower_bound=0)
+        )
+        .group_by("_call", "device")
+        .agg(idle_ns=pl.col("overlap").sum())
+    )
+    return (
+        placed.join(idle, on=["_call", "device"], how="left")
+        .with_columns(pl.col("idle_ns").fill_null(0))
+        # a long operator call with the GPU busy is waiting for it (a sync), not starting up
+        .filter(
+            ~pl.col("first_call") | (2 * pl.col("idle_ns") >= pl.col("end_ns") - pl.col("start_ns"))
+        )
+        .select(
+            "rank",
+            "device",
+            "name",
+            "op_name",
+            "start_ns",
+            "end_ns",
+            dur_ns=pl.col("end_ns") - pl.col("start_ns"),
+            idle_ns=pl.col("idle_ns").fill_null(0),
+        )
+        .sort(
+            ["dur_ns", "rank", "device", "start_ns", "name"],
+            descending=[True, False, False, False, False],
+        )
+        .collect()
+        .cast(SCHEMA)  # type: ignore[arg-type]
+    )
+
+
+IDLE_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32(),
+    "device": pl.Int32(),
+    "startup_ns": pl.Int64(),
+    "idle_ns": pl.Int64(),
+}
+
+
+def idle_per_device(calls: pl.DataFrame, gaps: pl.DataFrame) -> pl.DataFrame:
+    """rank, device, startup_ns (the union of the one-time calls and ranges on the rank: a
+    compilation range and the calls inside it count once), idle_ns (the device's idle under
+    that union)."""
+    merged = union(calls.lazy().select("rank", "device", "start_ns", "end_ns"), ["rank", "device"])
+    return (
+        merged.join(
+            gaps.lazy().select("rank", "device", g_start="start_ns", g_end="end_ns"),
+            on=["rank", "device"],
+            how="left",
+        )
+        .with_columns(overlap=clipped_ns("start_ns", "end_ns", "g_start", "g_end").fill_null(0))
+        .group_by("rank", "device", "start_ns", "end_ns")
+        .agg(pl.col("overlap").sum())
+        .group_by("rank", "device")
+        .agg(
+            startup_ns=(pl.col("end_ns") - pl.col("start_ns")).sum(),
+            idle_ns=pl.col("overlap").sum(),
+        )
+        .sort("rank", "device")
+        .collect()
+        .cast(IDLE_SCHEMA)  # type: ignore[arg-type]
+    )

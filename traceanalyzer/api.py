@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -147,6 +148,7 @@ def _report(
     paths: pl.DataFrame,
 ) -> Report:
     totals = dict(metrics.steps.group_by("rank").agg(pl.col("step").n_unique()).iter_rows())
+    periods = {r["rank"]: r for r in metrics.periods.iter_rows(named=True)}
     return build_report(
         meta,
         metrics,
@@ -162,18 +164,29 @@ def _report(
                 "path_ns": r["path_ns"],
                 "by_kind": {k: r[f"{k}_ns"] for k in PATH_KINDS},
                 "share_by_kind": {k: r[f"{k}_share"] for k in PATH_KINDS},
+                "period": _period(periods.get(r["rank"])),
             }
             for r in paths.iter_rows(named=True)
         ],
     )
 
 
+def _period(row: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A critical_path entry's `period`: the loop's period and how it was measured."""
+    if row is None:
+        return None
+    keys = ("period_ns", "host_period_ns", "gpu_period_ns", "steps", "min_ns", "max_ns")
+    return {k: row[k] for k in keys}
+
+
 def context(metrics: Metrics, meta: TraceMeta) -> Context:
-    """What the rules read: metrics, meta, the mean saving per step of each what-if, the mean
-    steady step of each rank (without step markers, each rank's window: one step), and the
-    run context."""
+    """What the rules read: metrics, meta, the mean saving per step of each what-if, the
+    steady step of each rank (the loop's period, `steady.loop_periods`; without step
+    markers, each rank's window: one step), and the run context."""
     saved = metrics.what_if.group_by("rank", "scenario").agg(pl.col("saved_ns").mean())
     steps = metrics.critical_steps.group_by("rank").agg(pl.col("step_ns").mean())
+    if metrics.periods.height:  # the loop's period, where the steps tell it
+        steps = metrics.periods.select("rank", step_ns="period_ns").filter(pl.col("step_ns") > 0)
     if metrics.basis == "trace":  # no step markers: the whole window is one step
         steps = metrics.devices.group_by("rank").agg(step_ns=pl.col("window_ns").max())
     return Context(

@@ -373,6 +373,10 @@ BOUND_WORDS: dict[str, str] = {
     "idle": "GPU mostly idle",
     "mixed": "mixed",
 }
+#: With this many steady steps or fewer, the headline gives the steps' range: a rough period.
+FEW_STEPS = 3
+#: ... and calls it rough where its steps differ by more than this share of the period.
+ROUGH_SPREAD = 0.10
 #: A critical-path kind bounds the job when it holds at least this share of the path.
 BOUND_SHARE = 0.5
 #: A finding names what bounds the job when it is critical or saves at least this share.
@@ -411,10 +415,35 @@ def headline_numbers(doc: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def job_step_ns(paths: Sequence[Mapping[str, Any]]) -> int | None:
-    """The job's step time (docs/report.md, Definitions): the mean steady step of each rank
-    on the critical path (`critical_path` entries), the slowest rank's."""
-    steps = [p["step_ns"] / p["steps"] for p in paths if p["steps"]]
+    """The job's step time (docs/report.md, Definitions): each rank's loop period over its
+    steady steps (`critical_path[].period`, `steady.loop_periods`), else its mean steady
+    step on the critical path; the slowest rank's."""
+    steps = [
+        (p.get("period") or {}).get("period_ns") or p["step_ns"] / p["steps"]
+        for p in paths
+        if p["steps"]
+    ]
     return round(max(steps)) if steps else None
+
+
+def _step_words(paths: Sequence[Mapping[str, Any]], step: int) -> str:
+    """ "12.3 ms steps", with the range of single steps where three or fewer were analysed,
+    "rough" where they differ by more than ROUGH_SPREAD of the period (a period from so few
+    steps is only as sure as they agree)."""
+    text = f"{step / 1e6:.1f} ms steps"
+    periods = [p["period"] for p in paths if p.get("period") and p["steps"]]
+    few = [q for q in periods if q["steps"] <= FEW_STEPS and q["min_ns"] and q["max_ns"]]
+    if few and len(few) == len(periods):
+        q = max(few, key=lambda q: q["period_ns"])
+        n = q["steps"]
+        rough = ", rough" if q["max_ns"] - q["min_ns"] > ROUGH_SPREAD * step else ""
+        spread = (
+            f": {q['min_ns'] / 1e6:.1f}-{q['max_ns'] / 1e6:.1f} ms{rough}"
+            if round(q["min_ns"] / 1e5) != round(q["max_ns"] / 1e5)
+            else ""
+        )
+        text += f" ({n} step{'s' if n > 1 else ''}{spread})"
+    return text
 
 
 def verdict(
@@ -460,7 +489,7 @@ def verdict(
             bound = "memory"  # busy with kernels that wait for memory, not for the SMs
     facts = []
     if step is not None:
-        facts.append(f"{step / 1e6:.1f} ms steps")
+        facts.append(_step_words(paths, step))
     if busy is not None:
         facts.append(f"GPU busy {busy:.0%}")
     saving = top.impact_ns if top is not None else None

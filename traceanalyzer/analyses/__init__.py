@@ -95,7 +95,18 @@ def no_gpu_events(timeline: Timeline) -> NoGpuEventsError:
     )
     held = timeline.events.group_by("kind").len().sort(["len", "kind"], descending=[True, False])
     kinds = ", ".join(f"{n} {k}" for k, n in held.iter_rows())
-    if other:
+    uncategorised = dict(other).get("(none)", 0)
+    if uncategorised and uncategorised >= sum(n for _, n in other) / 2:
+        problem = (
+            f"{uncategorised} events carry no category (`cat`), so none of them can be read as "
+            "a kernel, a copy or a host call" + (f"; the trace also holds {kinds}" if kinds else "")
+        )
+        hint = (
+            "this looks like a trace written by another tool: traceanalyzer reads "
+            "torch.profiler (Kineto) Chrome traces, whose events name their category "
+            "(kernel, gpu_memcpy, cuda_runtime, cpu_op), and Nsight Systems exports"
+        )
+    elif other:
         cats = ", ".join(f"{n} {c}" for c, n in other)
         problem = (
             "no GPU events (kernels, memcpy, memset); the trace holds "
@@ -111,9 +122,27 @@ def no_gpu_events(timeline: Timeline) -> NoGpuEventsError:
             "or copies (CUDA/HIP runtime calls are in the trace) but no kernel, memcpy or "
             "memset was recorded"
         )
+        if launches >= LOST_BUFFERS_LAUNCHES:
+            hint = (
+                "the profiler lost its GPU buffers (CUPTI/roctracer): profile fewer active "
+                "steps, or make sure the profiler is stopped cleanly before the trace is "
+                "exported"
+            )
+        else:
+            hint = (
+                "with this few launches no buffer filled up: GPU activity tracing was most "
+                "likely unavailable (CUPTI missing or not permitted, WSL, another profiler "
+                "such as nsys or ncu attached to the process); check the profiler's warnings "
+                "when it starts"
+            )
+    elif runtime := _runtime_calls(timeline):
+        problem = (
+            f"nothing ran on the GPU: CUDA was traced ({runtime}) but no kernel or copy was "
+            "launched in the profiled window"
+        )
         hint = (
-            "the profiler lost its GPU buffers (CUPTI/roctracer): profile fewer active steps, "
-            "or make sure the profiler is stopped cleanly before the trace is exported"
+            "the model ran on the CPU (move the model and its inputs with .to('cuda')), or "
+            "the profiled steps hold no GPU work: profile the steps that use the GPU"
         )
     else:
         problem = (
@@ -137,6 +166,27 @@ _LAUNCH_CALL = (
     r"^(?:cuda|hip)(?:LaunchKernel|LaunchCooperativeKernel|ModuleLaunchKernel"
     r"|ExtModuleLaunchKernel|GraphLaunch|MemcpyAsync|Memcpy|MemsetAsync|Memset)|^cuLaunchKernel"
 )
+
+
+#: Launches without activity records from which lost buffers are the likelier cause; fewer
+#: than this and activity tracing was most likely off (nothing filled a buffer).
+LOST_BUFFERS_LAUNCHES = 1000
+
+
+def _runtime_calls(timeline: Timeline) -> str:
+    """The CUDA/HIP runtime or driver calls of the trace, "N runtime calls: a, b, c"."""
+    calls = (
+        timeline.events.lazy()
+        .filter(pl.col("kind").is_in(["runtime", "driver"]))
+        .group_by(name=pl.col("name").cast(pl.String))
+        .len()
+        .sort(["len", "name"], descending=[True, False])
+        .collect()
+    )
+    if not calls.height:
+        return ""
+    names = ", ".join(calls["name"].head(3).to_list())
+    return f"{int(calls['len'].sum())} runtime calls: {names}"
 
 
 def _launch_count(timeline: Timeline) -> int:

@@ -181,6 +181,7 @@ def _merge(
         memory_model=_concat(parts, "memory_model"),
         fusion_patterns=_concat(parts, "fusion_patterns"),
         startup=_concat(parts, "startup"),
+        periods=steady.loop_periods(_concat(parts, "step_hosts"), steps),
         startup_idle=_concat(parts, "startup_idle"),
         balance=balance,
         copies=_concat(parts, "copies"),

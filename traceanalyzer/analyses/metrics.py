@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from traceanalyzer.analyses import fusion, startup
+from traceanalyzer.analyses import fusion, startup, steady
 
 if TYPE_CHECKING:
     from traceanalyzer.analyses.collectives import CollectiveSplit
@@ -313,6 +313,7 @@ FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
     "fusion_patterns": dict(fusion.PATTERN_SCHEMA),
     "startup": dict(startup.SCHEMA),
     "startup_idle": dict(startup.IDLE_SCHEMA),
+    "periods": dict(steady.PERIOD_SCHEMA),
     "excluded_steps": {
         "rank": pl.Int32,
         "step": pl.Int64,
@@ -446,6 +447,8 @@ class Metrics:
     - `startup`: one-time host calls inside the windows (initialisation, a first launch
       that loads a library) and the GPU idle under them (analyses/startup.py);
       `startup_idle`: per device, their union (startup_ns) and the idle under it (idle_ns).
+    - `periods`: per rank, the loop's period over the steady steps, host or GPU side
+      (steady.loop_periods), with the shortest and longest step.
     - `balance`: the ranks' own times per steady step, the slowest rank, why, and the price
       of the imbalance (analyses/imbalance.py).
     """
@@ -496,6 +499,7 @@ class Metrics:
     fusion_patterns: pl.DataFrame
     startup: pl.DataFrame
     startup_idle: pl.DataFrame
+    periods: pl.DataFrame
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -104,6 +104,7 @@ PLAN: dict[str, Callable[[Windowed], pl.LazyFrame]] = {
     "copies": lambda w: copies.memcpy_summary(w.work, w.wins.lazy()),
     "outside_window": lambda w: windows.outside_window(w.linked.lazy(), w.wins.lazy()),
     "steps_per_rank": lambda w: w.markers.group_by("rank").agg(steps=pl.len().cast(pl.Int64)),
+    "step_hosts": lambda w: steady.host_steps(w.markers),
 }
 
 
@@ -315,6 +316,7 @@ def _reduce(
         "gap_histogram": idle.gap_histogram(w.gaps),
         "sync_calls": r["sync_calls"],
         "steps_per_rank": r["steps_per_rank"],
+        "step_hosts": r["step_hosts"],
         "collectives": r["collectives"],
         "copies": r["copies"],
         "outside_window": r["outside_window"],

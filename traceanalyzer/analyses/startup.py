@@ -11,12 +11,15 @@ A host runtime or driver call inside a device's window is **one-time work** when
 at least `MIN_NS` and either is initialisation by name (`steady.ONE_TIME_WORK`: module
 loads, allocations, handle and stream creation, NCCL init, compilation; `cudaFree`, which
 synchronises and, first called, creates the context) or takes at least `FACTOR` times the
-median call of its name on its rank (a first launch among thousands of µs launches); so is
+median call of its name on its rank (a first launch among thousands of µs launches) where
+all such calls of the name come in the first half of its calls (`EARLY_SHARE`: a copy that
+blocks every step is long every step, and the loop's); so is
 a host range of compilation or autotuning (torch.compile's, Inductor's: ONE_TIME_WORK) of
 at least `MIN_NS`; so is an operator's call that takes `FACTOR` times the median call of
-its name (two calls or more), cudnn.benchmark's first convolution, 390 ms against 50 µs
-later. A call found by its length rather than its name (and `cudaFree`) counts only where
-the GPU idles at least half of it: a long call with the GPU busy is a sync, not start-up.
+its name (two calls or more, all of them early as above), cudnn.benchmark's first
+convolution, 390 ms against 50 µs later. A call found by its length rather than its name
+(and `cudaFree`) counts only where the GPU idles at least half of it: a long call with the
+GPU busy is a sync, not start-up.
 The GPU idle they cover (`idle_ns`: the device's idle gaps while they run) is start-up,
 not the loop's: TA001 leaves it out of its price, and TA012 names it.
 """
@@ -66,16 +69,16 @@ def one_time_calls(timeline: Timeline, windows: pl.DataFrame, gaps: pl.DataFrame
     calls = (
         events.filter(pl.col("kind").is_in([Kind.RUNTIME.value, Kind.DRIVER.value]))
         .select("rank", "pid", "tid", "start_ns", "end_ns", name=name)
-        .with_columns(median=dur.median().over("rank", "name"))
+        .with_columns(long=_long_and_early())
         .filter(
             (dur >= MIN_NS)
             & (
                 pl.col("name").str.contains(ONE_TIME_WORK)
                 | pl.col("name").str.contains(LONG_ONCE)
-                | (dur >= FACTOR * pl.col("median"))
+                | pl.col("long")
             )
         )
-        .drop("median")
+        .drop("long")
         # only a name's initialisation counts whatever the GPU does; a call that is long
         # for its name must leave the GPU idle (a long sync is the GPU's work, not start-up)
         .with_columns(first_call=~pl.col("name").str.contains(ONE_TIME_WORK))
@@ -94,14 +97,7 @@ def one_time_calls(timeline: Timeline, windows: pl.DataFrame, gaps: pl.DataFrame
     first = (
         events.filter(pl.col("kind") == Kind.CPU_OP.value)
         .select("rank", "pid", "tid", "start_ns", "end_ns", name=name)
-        .with_columns(median=dur.median().over("rank", "name"), calls=pl.len().over("rank", "name"))
-        .filter(
-            (dur >= MIN_NS)
-            & (pl.col("calls") > 1)
-            & (dur >= FACTOR * pl.col("median"))
-            & ~pl.col("name").str.contains(ONE_TIME_WORK)
-        )
-        .drop("median", "calls")
+        .filter(_long_and_early() & ~pl.col("name").str.contains(ONE_TIME_WORK))
         .with_columns(first_call=pl.lit(True))
     )
     found = pl.concat([calls, ranges, first]).collect()
@@ -188,6 +184,24 @@ def one_time_calls(timeline: Timeline, windows: pl.DataFrame, gaps: pl.DataFrame
         .collect()
         .cast(SCHEMA)  # type: ignore[arg-type]
     )
+
+
+#: A name's long calls are one-time only where all of them come in the first this share of
+#: its calls: a call that is long every step (a blocking copy each step) is the loop's.
+EARLY_SHARE = 0.5
+
+
+def _long_and_early() -> pl.Expr:
+    """A call at least MIN_NS and FACTOR times its name's median call on the rank (a name
+    called more than once), where every such call of the name comes among its first
+    EARLY_SHARE of calls: cudnn.benchmark's first convolutions, not a copy that blocks every
+    step."""
+    dur = pl.col("end_ns") - pl.col("start_ns")
+    by = ["rank", "name"]
+    long = (dur >= MIN_NS) & (dur >= FACTOR * dur.median().over(by)) & (pl.len().over(by) > 1)
+    order = pl.col("start_ns").rank("ordinal").over(by)
+    last = pl.when(long).then(order).max().over(by)
+    return long & (last <= EARLY_SHARE * pl.len().over(by))
 
 
 IDLE_SCHEMA: dict[str, pl.DataType] = {

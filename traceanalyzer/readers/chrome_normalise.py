@@ -108,7 +108,9 @@ def normalise(raw: pl.DataFrame) -> Frame:
             dur=pl.when(pl.col("_memory")).then(pl.lit(0.0)).otherwise(pl.col("dur")),
         )
         .with_columns(
-            _unknown=~known & ~pl.col("cat").str.to_lowercase().is_in(list(IGNORED_CATS)),
+            # an event with no category at all counts as one of an unknown category
+            _unknown=~known
+            & ~pl.col("cat").str.to_lowercase().is_in(list(IGNORED_CATS)).fill_null(False),
             _range=known
             & (
                 (pl.col("ts").is_not_null() & ~_in_range(pl.col("ts")))

@@ -119,14 +119,50 @@ def probe(con: sqlite3.Connection, path: Path) -> Probe:
             hint="export an Nsight Systems report with `nsys export --type sqlite report.nsys-rep`",
         )
     if KERNEL not in tables:
-        said = _diagnostics(con, result)
-        raise NoGpuEventsError(
-            "the export holds no CUDA kernels: was CUDA tracing enabled?",
-            path=path,
-            hint="profile with `nsys profile --trace=cuda,nvtx ...` and export again"
-            + (f"; nsys said: {said}" if said else ""),
-        )
+        raise no_kernels(con, result, path)
     return result
+
+
+def no_kernels(con: sqlite3.Connection, pr: Probe, path: Path) -> NoGpuEventsError:
+    """The refusal of an export with no kernel: where CUDA calls or GPU activity were
+    recorded, tracing was on and nothing ran on the GPU in the capture; else tracing was
+    off (or found no CUDA in the process)."""
+    said = _diagnostics(con, pr)
+    seen = _cuda_seen(con, pr)
+    nsys = f"; nsys said: {said}" if said else ""
+    if said and re.search(r"not supported|might have not been started|not all CUDA", said, re.I):
+        return NoGpuEventsError(
+            "the export holds no CUDA kernels, and nsys warned that its CUDA collection failed"
+            + (f" ({seen} recorded)" if seen else "")
+            + f": {said}",
+            path=path,
+            hint="use an Nsight Systems that supports the installed driver, check that CUDA "
+            "tracing starts (`nsys profile --trace=cuda,nvtx ...`), and export again",
+        )
+    if seen:
+        return NoGpuEventsError(
+            f"no CUDA kernel ran in the capture, though CUDA was traced ({seen})",
+            path=path,
+            hint="the work ran on the CPU, or the capture missed it (nsys --delay, "
+            "--duration or a capture range): capture the part of the run that launches "
+            "kernels" + nsys,
+        )
+    return NoGpuEventsError(
+        "the export holds no CUDA kernels: was CUDA tracing enabled?",
+        path=path,
+        hint="profile with `nsys profile --trace=cuda,nvtx ...` and export again" + nsys,
+    )
+
+
+def _cuda_seen(con: sqlite3.Connection, pr: Probe) -> str:
+    """What CUDA activity the export holds besides kernels: "N runtime calls, M memsets"."""
+    parts = []
+    for table, what in ((RUNTIME, "runtime calls"), (MEMCPY, "copies"), (MEMSET, "memsets")):
+        if pr.has(table):
+            n = con.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+            if n:
+                parts.append(f"{n} {what}")
+    return ", ".join(parts)
 
 
 def _diagnostics(con: sqlite3.Connection, pr: Probe) -> str:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import polars as pl
 
-from traceanalyzer.errors import NoGpuEventsError, TraceFormatError
+from traceanalyzer.errors import TraceFormatError
 from traceanalyzer.model import (
     EVENT_SCHEMA,
     KIND,
@@ -514,12 +514,7 @@ def _read(con: sqlite3.Connection, path: Path) -> Timeline:
         ]
         procs = _gpu_processes(gpu)
         if not procs:
-            raise NoGpuEventsError(
-                "the export holds no CUDA kernels: was CUDA tracing enabled?",
-                path=path,
-                hint="its kernel, memcpy and memset tables are empty; profile with "
-                "`nsys profile --trace=cuda,nvtx ...` and export again",
-            )
+            raise sp.no_kernels(con, pr, path)
         ranks, rank_source, rank_notes = sp.assign_ranks(con, pr, procs)
         notes += rank_notes
         host = [_syncs(con, pr)] if pr.has(sp.SYNC) else []

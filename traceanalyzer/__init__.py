@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from traceanalyzer.version import __version__
 
 __all__ = ["Analysis", "__version__", "analyze", "compare"]
 

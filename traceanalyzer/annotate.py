@@ -5,7 +5,7 @@ critical path included) and ahead of a trace viewer. For each (rank, device) it 
 counter tracks ("ph": "C") at the report's timeline-bin resolution (busy and each idle cause
 as a % of the bin; exposed communication); each finding gets a track of its own on its
 device's process, with a slice ("ph": "X") over every time span it is about (the gaps, the
-syncs, the collectives: see analyses/spans.py) carrying the message and advice, and one
+syncs, the collectives: see spans.py) carrying the message and advice, and one
 instant marker ("ph": "i") at its first span. A Chrome trace keeps every original event; an
 Nsight export becomes a new Chrome trace holding the timeline's GPU work and host calls
 (processes and threads named) plus the annotations. The input is never modified; outputs
@@ -25,9 +25,8 @@ from typing import Any
 import orjson
 import polars as pl
 
-from traceanalyzer import __version__, api
+from traceanalyzer import api
 from traceanalyzer.analyses.idle import CAUSES, LAUNCH_GAP_MAX_NS
-from traceanalyzer.analyses.spans import finding_spans
 from traceanalyzer.config import Settings
 from traceanalyzer.errors import ReportWriteError, TraceFormatError
 from traceanalyzer.model import Timeline
@@ -35,6 +34,8 @@ from traceanalyzer.readers.base import UTF8_BOM, UTF16_BOMS
 from traceanalyzer.render.base import current_umask, output_target
 from traceanalyzer.report import Report
 from traceanalyzer.rules.base import Finding
+from traceanalyzer.spans import finding_spans
+from traceanalyzer.version import __version__
 
 #: Counter names as a viewer shows them.
 BUSY_COUNTER = "traceanalyzer: busy / idle by cause (% of bin)"
@@ -231,7 +232,7 @@ def finding_tracks(
     report: Report, mine: Any, pid: PidOf, spans: dict[int, pl.DataFrame]
 ) -> list[dict[str, Any]]:
     """Per finding, a named track (thread) on its device's process, with one slice over
-    each span the finding is about (see analyses/spans.py)."""
+    each span the finding is about (see spans.py)."""
     starts = _device_starts(report)
     events: list[dict[str, Any]] = []
     for n, f in enumerate(report.findings, start=1):

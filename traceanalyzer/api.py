@@ -8,7 +8,7 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer import __version__, ranks
+from traceanalyzer import ranks
 from traceanalyzer.analyses import DEFAULT_TOP_KERNELS, Metrics, analyze
 from traceanalyzer.analyses.context import decide
 from traceanalyzer.analyses.critical_path import PATH_KINDS, per_rank
@@ -21,6 +21,7 @@ from traceanalyzer.render import pick, write_report
 from traceanalyzer.report import Report, build_report
 from traceanalyzer.rules import Context, Finding, Severity, run_rules
 from traceanalyzer.timings import stage
+from traceanalyzer.version import __version__
 
 
 def load(path: str | Path, export_dir: Path | None = None) -> Timeline:

@@ -22,12 +22,13 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer import __version__, parallel
+from traceanalyzer import parallel
 from traceanalyzer.config import Settings
 from traceanalyzer.errors import ConfigError, TraceAnalyzerError
 from traceanalyzer.readers.archives import DEFAULT_MAX_UNPACKED, Run, discover
 from traceanalyzer.render.base import write_text_atomic
 from traceanalyzer.report import headline_numbers
+from traceanalyzer.version import __version__
 
 #: Columns of the summary table, in order (see `summary_row`).
 SUMMARY_SCHEMA = pl.Schema(

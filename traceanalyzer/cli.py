@@ -16,7 +16,7 @@ import click
 import orjson
 import polars as pl
 
-from traceanalyzer import __version__, api, termination, timings
+from traceanalyzer import api, termination, timings
 from traceanalyzer.batch import Options, write_summary
 from traceanalyzer.comparison import compare as compare_reports
 from traceanalyzer.comparison import load_report
@@ -29,7 +29,8 @@ from traceanalyzer.render.base import write_text_atomic
 from traceanalyzer.render.compare import render_html as render_compare_html
 from traceanalyzer.render.compare import render_text
 from traceanalyzer.rules import ALL_RULES, BY_CODE
-from traceanalyzer.rules.docs import rule_page
+from traceanalyzer.rules.rule_pages import rule_page
+from traceanalyzer.version import __version__
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1

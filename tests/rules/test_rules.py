@@ -13,11 +13,12 @@ from tests.conftest import REPO
 from traceanalyzer import api
 from traceanalyzer.analyses import analyze
 from traceanalyzer.config import Settings
+from traceanalyzer.docgen import index_markdown, rule_markdown
 from traceanalyzer.readers import read
 from traceanalyzer.rules import ALL_RULES, BY_CODE, Rule, Severity, run_rules
 from traceanalyzer.rules.base import Context, Finding
-from traceanalyzer.rules.docs import index_markdown, rule_markdown, rule_page
 from traceanalyzer.rules.examples import Event, write_example
+from traceanalyzer.rules.rule_pages import rule_page
 
 CODES = [r.code for r in ALL_RULES]
 
@@ -176,7 +177,7 @@ def test_committed_rule_docs_are_generated(rule: type[Rule]) -> None:
         REPO / "traceanalyzer" / "rules" / "pages" / f"{rule.code}.md",
     ):
         assert page.read_text(encoding="utf-8") == fresh, (
-            f"{page.relative_to(REPO)} is stale: run `python -m traceanalyzer.rules.docs`"
+            f"{page.relative_to(REPO)} is stale: run `python -m traceanalyzer.docgen`"
         )
     assert rule_page(rule.code) == fresh  # what the HTML page and `traceanalyzer rule` show
 

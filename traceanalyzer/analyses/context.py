@@ -13,11 +13,11 @@ The names are matched once per distinct name (a few thousand), never per event.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
 
+from traceanalyzer.analyses.facts import RunFacts
 from traceanalyzer.analyses.metrics import Metrics
 from traceanalyzer.model import Kind, Timeline, TraceMeta
 
@@ -46,6 +46,8 @@ NVIDIA_API = re.compile(r"^cu(?:da)?[A-Z]")
 LOW_PRECISION = {"c10::BFloat16": "bfloat16", "c10::Half": "float16"}
 FP8 = ("c10::Float8_e4m3fn", "c10::Float8_e5m2")
 
+__all__ = ["CONTEXT_KEYS", "RunFacts", "decide", "facts"]
+
 CONTEXT_KEYS = (
     "torch_compile",
     "cuda_graphs",
@@ -73,35 +75,6 @@ def _names(timeline: Timeline, kinds: list[str]) -> frozenset[str]:
 
 def _any(pattern: re.Pattern[str], names: frozenset[str]) -> bool:
     return any(pattern.search(n) for n in names)
-
-
-@dataclass(frozen=True, slots=True)
-class RunFacts:
-    """What the run context is read off, per rank and mergeable (`merge`): the distinct
-    names of host events, Python frames and kernels, which kinds of record the trace holds,
-    and kernel launches (all, and Inductor's)."""
-
-    host: frozenset[str]
-    frames: frozenset[str]
-    kernels: frozenset[str]
-    has: tuple[tuple[str, bool], ...]
-    launches: int
-    inductor_launches: int
-
-    @staticmethod
-    def merge(parts: list[RunFacts]) -> RunFacts:
-        """The facts of a job, from each rank's."""
-        if len(parts) == 1:
-            return parts[0]
-        keys = [k for k, _ in parts[0].has]
-        return RunFacts(
-            host=frozenset().union(*(p.host for p in parts)),
-            frames=frozenset().union(*(p.frames for p in parts)),
-            kernels=frozenset().union(*(p.kernels for p in parts)),
-            has=tuple((k, any(dict(p.has)[k] for p in parts)) for k in keys),
-            launches=sum(p.launches for p in parts),
-            inductor_launches=sum(p.inductor_launches for p in parts),
-        )
 
 
 def facts(timeline: Timeline) -> RunFacts:

@@ -11,7 +11,7 @@ from traceanalyzer.analyses import fusion, startup, steady
 
 if TYPE_CHECKING:
     from traceanalyzer.analyses.collectives import CollectiveSplit
-    from traceanalyzer.analyses.context import RunFacts
+    from traceanalyzer.analyses.facts import RunFacts
     from traceanalyzer.analyses.flops import Flops
     from traceanalyzer.analyses.imbalance import RankBalance
 
@@ -50,7 +50,6 @@ FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
         "overlap_share": pl.Float64,
         "tc_ns": pl.Int64,
         "gemm_ns": pl.Int64,
-        "kernel_ns_right": pl.Int64,
         "share_of_gemm": pl.Float64,
         "share_of_kernel": pl.Float64,
         "unknown_ns": pl.Int64,
@@ -427,7 +426,7 @@ class Metrics:
       device, step, name, start_ns, end_ns, busy_ns, idle_share, kernel_count).
     - `outside_window`: rank, device, before_count, before_ns, after_count, after_ns: GPU work
       outside each device's window (windows.outside_window).
-    - `facts`: what the run context is read off (context.RunFacts: names, kinds recorded).
+    - `facts`: what the run context is read off (facts.RunFacts: names, kinds recorded).
     - `collective_split`: every rank's collectives matched across ranks, their time split
       into waiting for peers and transfer, exposed or not, with bytes and bus bandwidth
       (analyses/collectives.py).

@@ -292,7 +292,8 @@ def _reduce(
         .join(r["idle_by_cause"], on=key, how="left")
         .join(r["between_steps"], on=key, how="left")
         .join(r["overlap"], on=key, how="left")
-        .join(r["tensor_cores"], on=key, how="left")
+        # its kernel_ns is the devices' own (all kernel time): joined once
+        .join(r["tensor_cores"].drop("kernel_ns"), on=key, how="left")
         .with_columns(pl.col(causes).fill_null(0))
         .with_columns(pl.col("gap_count", "host_wait_between_steps_ns").fill_null(0))
         .with_columns(

@@ -229,11 +229,6 @@ def name_verdict(name: pl.Expr) -> pl.Expr:
     return _verdict_of_rule(name_rule(name))
 
 
-def name_evidence(name: pl.Expr) -> pl.Expr:
-    """A short text saying which name evidence decided `name_verdict` ("name: wgmma", ...)."""
-    return _evidence_of_rule(name_rule(name))
-
-
 def dtype_verdict(input_types: pl.Expr) -> pl.Expr:
     """The precision of an operator from its recorded input dtypes (`OP_DTYPE`).
 

@@ -29,7 +29,7 @@ from traceanalyzer.render.ranks import folded_note, rank_table
 from traceanalyzer.render.units import duration, percent, printable
 from traceanalyzer.report import Report
 from traceanalyzer.rules import BY_CODE, Severity
-from traceanalyzer.rules.docs import rule_page
+from traceanalyzer.rules.rule_pages import rule_page
 
 #: Display caps that keep the page small (the embedded JSON keeps every row).
 MAX_STEP_ROWS = 400

@@ -1,6 +1,6 @@
 """A small Markdown-to-HTML converter for the rule docs the HTML report embeds.
 
-It covers what `rules.docs.rule_markdown` writes: headings, paragraphs, `-` lists, fenced
+It covers what `docgen.rule_markdown` writes: headings, paragraphs, `-` lists, fenced
 code, pipe tables, inline code and bold. Every piece of text is escaped first; links are
 shown as text with their target in brackets, never as `href` (the page fetches nothing).
 """

@@ -1,26 +1,28 @@
 """Rule documentation, generated from the rules themselves (docs/rules/ and `traceanalyzer
 rule CODE`): docstring sections, thresholds, and the worked example with its finding.
 
-The pages are generated ahead of time (`python -m traceanalyzer.rules.docs`, which runs each
-rule's example through the pipeline) into docs/rules/ and into the package
-(`rules/pages/`); `rule_page` reads the packaged page, so the HTML renderer and `traceanalyzer
-rule` never run an analysis. A test checks that both copies are up to date."""
+The pages are generated ahead of time (`python -m traceanalyzer.docgen`, which runs each
+rule's example through the pipeline, so this module sits above the API) into docs/rules/ and
+into the package (`rules/pages/`); `rules.rule_pages.rule_page` reads the packaged page, so
+the HTML renderer and `traceanalyzer rule` never run an analysis. A test checks that both
+copies are up to date."""
 
 from __future__ import annotations
 
+import sys
 import tempfile
-from importlib import resources
 from pathlib import Path
 
+from traceanalyzer import api
+from traceanalyzer.config import Settings
+from traceanalyzer.rules import rule_pages
 from traceanalyzer.rules.base import DOC_SECTIONS, Rule
 from traceanalyzer.rules.examples import write_example
+from traceanalyzer.rules.rule_pages import PAGES
 
 
 def example_findings(rule: type[Rule], bad: bool = True) -> list[str]:
     """Run the whole pipeline on the rule's example trace; the finding lines it produces."""
-    from traceanalyzer import api  # the pipeline, imported late: docs sit beside it
-    from traceanalyzer.config import Settings
-
     events = rule.example_bad if bad else rule.example_good
     with tempfile.TemporaryDirectory() as tmp:
         path = write_example(events, Path(tmp), f"{rule.code}_{'bad' if bad else 'good'}")
@@ -77,16 +79,6 @@ def rule_markdown(rule: type[Rule]) -> str:
 
 
 #: Where the generated pages ship inside the package.
-PAGES = "pages"
-
-
-def rule_page(code: str) -> str:
-    """The generated page of rule `code`, as shipped in the package (no analysis runs)."""
-    return (resources.files("traceanalyzer.rules") / PAGES / f"{code}.md").read_text(
-        encoding="utf-8"
-    )
-
-
 def index_markdown(rules: list[type[Rule]]) -> str:
     """docs/rules/README.md: one line per rule."""
     lines = ["# Rules", "", "| code | slug | category | title |", "| --- | --- | --- | --- |"]
@@ -97,7 +89,7 @@ def index_markdown(rules: list[type[Rule]]) -> str:
 def write_docs(folder: Path, rules: list[type[Rule]]) -> list[Path]:
     """(Re)write docs/rules/ and the packaged pages; returns the files written."""
     folder.mkdir(parents=True, exist_ok=True)
-    packaged = Path(__file__).parent / PAGES
+    packaged = Path(rule_pages.__file__).parent / PAGES
     packaged.mkdir(exist_ok=True)
     written = []
     for rule in rules:
@@ -111,9 +103,7 @@ def write_docs(folder: Path, rules: list[type[Rule]]) -> list[Path]:
 
 
 def main() -> None:
-    """`python -m traceanalyzer.rules.docs [FOLDER]`: regenerate docs/rules/."""
-    import sys
-
+    """`python -m traceanalyzer.docgen [FOLDER]`: regenerate docs/rules/."""
     from traceanalyzer.rules import ALL_RULES
 
     folder = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("docs/rules")

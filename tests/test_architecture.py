@@ -1,0 +1,119 @@
+"""The pipeline's direction, enforced (issue 31): readers -> analyses -> rules -> report ->
+render -> api -> commands. Every import of every module (at the top, inside functions, and
+under TYPE_CHECKING alike) is read from the source; a module may import only modules of
+its own layer or a lower one, and no import cycle may exist, so the next cycle fails CI
+rather than a review."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import networkx as nx
+
+from tests.conftest import REPO
+
+PACKAGE = REPO / "traceanalyzer"
+
+#: Each top-level module or sub-package of traceanalyzer and its layer: an import may go to
+#: the same layer or a lower one.
+LAYERS: dict[str, int] = {
+    "version": 0,
+    "errors": 0,
+    "timings": 0,
+    "termination": 0,
+    "config": 0,
+    "parallel": 0,
+    "model": 1,
+    "readers": 2,
+    "analyses": 3,
+    "ranks": 4,
+    "rules": 5,
+    "report": 6,
+    "spans": 6,
+    "render": 7,
+    "api": 8,
+    "docgen": 9,
+    "comparison": 9,
+    "annotate": 9,
+    "batch": 9,
+    "notebook": 10,
+    "cli": 11,
+    "entry": 12,
+    "__main__": 13,
+    "": 14,  # the package's __init__: the notebook API at the top
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path, name: str, known: set[str]) -> set[str]:
+    """The traceanalyzer modules `path` imports (a `from pkg import mod` names the module
+    where one exists, else the package)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                module = node.module or ""
+            if module.split(".")[0] != "traceanalyzer":
+                continue
+            for alias in node.names:
+                full = f"{module}.{alias.name}"
+                found.add(full if full in known else module)
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.split(".")[0] == "traceanalyzer"}
+    return found - {name}
+
+
+def _graph() -> nx.DiGraph:
+    paths = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph = nx.DiGraph()
+    graph.add_nodes_from(paths)
+    for name, path in paths.items():
+        graph.add_edges_from((name, target) for target in _imports(path, name, set(paths)))
+    return graph
+
+
+def _layer(module: str) -> int:
+    parts = module.split(".")
+    return LAYERS[parts[1] if len(parts) > 1 else ""]
+
+
+def test_every_module_has_a_layer() -> None:
+    for module in _graph():
+        _layer(module)  # a KeyError names a module LAYERS does not place
+
+
+def test_imports_follow_the_pipeline() -> None:
+    against = [f"{a} -> {b}" for a, b in _graph().edges if _layer(b) > _layer(a)]
+    assert not against, "imports against the pipeline's direction:\n" + "\n".join(against)
+
+
+def test_no_import_cycles() -> None:
+    graph = _graph()
+    # a package's __init__ re-exports its modules: its edges to them are not a cycle
+    graph.remove_edges_from([(a, b) for a, b in graph.edges if b.startswith(a + ".")])
+    cycles = [sorted(c) for c in nx.strongly_connected_components(graph) if len(c) > 1]
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def test_the_check_sees_a_cycle(tmp_path: Path) -> None:
+    """The walker finds imports inside functions and under TYPE_CHECKING."""
+    src = tmp_path / "traceanalyzer" / "analyses" / "x.py"
+    src.parent.mkdir(parents=True)
+    src.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from traceanalyzer.rules.base import Finding\n"
+        "def f():\n    from traceanalyzer import api\n"
+    )
+    known = {"traceanalyzer.rules.base", "traceanalyzer.api"}
+    assert _imports(src, "traceanalyzer.analyses.x", known) == known

@@ -177,6 +177,8 @@ class QualityDict(TypedDict):
     truncated_files: list[str]
     skipped_files: list[str]
     dropped_events: dict[str, int]
+    dropped_gpu_events: int
+    dropped_gpu_example: str | None
     notes: list[str]
     outside_window: list[dict[str, Any]]
 
@@ -458,6 +460,21 @@ def verdict(
     step = job_step_ns(paths)
     window = sum(d["window_ns"] for d in devices)
     busy = sum(d["busy_ns"] for d in devices) / window if window else None
+    damaged = next((f for f in findings if f.rule == "TA012" and f.evidence.get("damaged")), None)
+    if damaged is not None:  # a timeline with holes: the verdict is about the trace
+        return {
+            "headline": (
+                f"the trace is damaged ({damaged.rule}): {damaged.evidence['dropped_gpu']} GPU "
+                "events could not be read; no verdict on performance"
+            ),
+            "bound_by": "mixed",
+            "step_ns": step,
+            "busy_share": busy,
+            "top_saving_ns": None,
+            "mfu": None,
+            "achieved_tflops": None,
+            "peak_tflops": None,
+        }
     serious = [
         f
         for f in findings
@@ -514,7 +531,8 @@ def verdict(
     if bound == "memory" and (bandwidth := _bandwidth_words(devices)):
         how_far = bandwidth + (f" and {_share(mfu)} MFU" if mfu is not None else "")
     return {
-        "headline": _startup_words(findings)
+        "headline": _cut_words(findings)
+        + _startup_words(findings)
         + f"{BOUND_WORDS[bound]}{how_far}: "
         + "; ".join(facts),
         "bound_by": bound,
@@ -547,6 +565,21 @@ def _bandwidth_words(devices: Sequence[Mapping[str, Any]]) -> str:
     achieved = sum(r["achieved_gbps"] for r in rows) / len(rows)
     peak = sum(r["peak_gbps"] for r in rows) / len(rows)
     return f" at {achieved / peak:.0%} of peak bandwidth ({achieved:.0f} of {peak:.0f} GB/s)"
+
+
+def _cut_words(findings: list[Finding]) -> str:
+    """The headline's opening for a trace cut off (TA012): what was read of it."""
+    for f in findings:
+        e = f.evidence
+        if f.rule == "TA012" and e.get("truncated_files"):
+            read = e.get("read_span_ns")
+            return (
+                f"the trace is incomplete ({f.rule}: {len(e['truncated_files'])} file(s) cut "
+                f"off; {e.get('kernels_read', 0)} kernels read"
+                + (f", {read / 1e6:.1f} ms of GPU time" if read else "")
+                + "); "
+            )
+    return ""
 
 
 def _startup_words(findings: list[Finding]) -> str:
@@ -769,6 +802,8 @@ def build_report(
             "truncated_files": list(q.truncated_files),
             "skipped_files": list(q.skipped_files),
             "dropped_events": dict(sorted(q.dropped.items())),
+            "dropped_gpu_events": q.dropped_gpu,
+            "dropped_gpu_example": q.dropped_gpu_example,
             "notes": [*q.notes, *_outside_notes(outside, metrics)],
             "outside_window": outside,
         },

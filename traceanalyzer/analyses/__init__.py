@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import polars as pl
 
 from traceanalyzer.analyses import idle, job, steady
@@ -95,6 +97,18 @@ def no_gpu_events(timeline: Timeline) -> NoGpuEventsError:
     )
     held = timeline.events.group_by("kind").len().sort(["len", "kind"], descending=[True, False])
     kinds = ", ".join(f"{n} {k}" for k, n in held.iter_rows())
+    cut = timeline.meta.quality.truncated_files
+    if cut:
+        sizes = [Path(f).stat().st_size for f in cut if Path(f).is_file()]
+        after = f" after {sum(sizes) / 1e6:.1f} MB" if sizes else ""
+        return NoGpuEventsError(
+            f"the trace is cut off{after}, and the part before the cut holds no GPU events "
+            f"({kinds or 'no events'}): the file ends early",
+            path=timeline.meta.path,
+            hint="a copy that stopped before the end (Kineto writes the GPU events after the "
+            "host ones); copy the trace again from its source, or let the profiler finish "
+            "writing",
+        )
     uncategorised = dict(other).get("(none)", 0)
     if uncategorised and uncategorised >= sum(n for _, n in other) / 2:
         problem = (

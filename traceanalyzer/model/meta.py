@@ -41,6 +41,9 @@ class DataQuality:
     skipped_files: tuple[str, ...] = ()
     dropped: dict[str, int] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    #: GPU events (kernels, copies, memsets) among the dropped ones, and one's name
+    dropped_gpu: int = 0
+    dropped_gpu_example: str | None = None
 
     @property
     def truncated(self) -> bool:

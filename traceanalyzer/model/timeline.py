@@ -94,6 +94,11 @@ def combine_meta(metas: list[TraceMeta], path: str) -> TraceMeta:
         truncated_files=tuple(f for m in metas for f in m.quality.truncated_files),
         dropped=dict(dropped),
         notes=tuple(n for m in metas for n in m.quality.notes),
+        dropped_gpu=sum(m.quality.dropped_gpu for m in metas),
+        dropped_gpu_example=next(
+            (m.quality.dropped_gpu_example for m in metas if m.quality.dropped_gpu_example),
+            None,
+        ),
     )
     first = metas[0]
     return TraceMeta(

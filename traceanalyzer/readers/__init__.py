@@ -12,7 +12,7 @@ from pathlib import Path
 from traceanalyzer.errors import TraceAnalyzerError, TraceFormatError, UnsupportedTraceError
 from traceanalyzer.model import Timeline
 from traceanalyzer.readers import nsys_rep
-from traceanalyzer.readers.base import SQLITE_MAGIC, Reader, head_bytes
+from traceanalyzer.readers.base import GZIP_MAGIC, SQLITE_MAGIC, ByteSource, Reader, head_bytes
 from traceanalyzer.readers.chrome_trace import ChromeTraceReader
 from traceanalyzer.readers.nsys_sqlite import NsysSqliteReader
 
@@ -33,6 +33,7 @@ def detect(path: Path) -> Reader:
     for reader in READERS.values():
         if reader.sniff(path):
             return reader
+    _check_gzip(path)
     if not head_bytes(path, 1 << 16).strip():
         raise TraceFormatError(
             "the file is empty (only whitespace)",
@@ -45,6 +46,37 @@ def detect(path: Path) -> Reader:
         hint="traceanalyzer reads torch.profiler Chrome traces (.json, .json.gz) and Nsight "
         "Systems SQLite exports (nsys export --type sqlite)",
     )
+
+
+def _check_gzip(path: Path) -> None:
+    """A gzip file whose data does not decompress, or ends before any of it, is named as
+    such (not "empty"): random bytes after a gzip header are not gzip data; a stream cut
+    right after its header is a cut-off copy."""
+    with path.open("rb") as fh:
+        if fh.read(2) != GZIP_MAGIC:
+            return
+    size = path.stat().st_size
+    try:
+        with ByteSource(path) as src:
+            got = src.readinto(memoryview(bytearray(1 << 16)))
+            cut = src.truncated
+    except TraceFormatError as exc:
+        raise TraceFormatError(
+            f"not gzip data: the {_size(size)} after its gzip header do not decompress "
+            f"{exc.problem.removeprefix('corrupt gzip data ')}",
+            path=path,
+            hint="the file is damaged or is not what its name says; copy it again from its source",
+        ) from exc
+    if not got and cut:
+        raise TraceFormatError(
+            f"cut off: the gzip stream ends after {_size(size)}, before any data",
+            path=path,
+            hint="the copy stopped early; copy the trace again from its source",
+        )
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 1_000_000 else f"{n} bytes"
 
 
 def read(path: Path | str, export_dir: Path | None = None) -> Timeline:

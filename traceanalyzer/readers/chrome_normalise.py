@@ -88,6 +88,18 @@ def _to_ns(col: pl.Expr) -> pl.Expr:
     return whole.cast(pl.Int64) * 1000 + ((col - whole) * 1000).round().cast(pl.Int64)
 
 
+#: GPU work in the timeline's kinds (kernels, copies, memsets).
+GPU_WORK = [Kind.KERNEL.value, Kind.MEMCPY.value, Kind.MEMSET.value]
+#: The pseudo-reasons under which `normalise` reports its dropped GPU events (their count
+#: is also in the named reasons) and an example name; the reader moves them out of the
+#: reasons into `DataQuality.dropped_gpu` / `dropped_gpu_example`.
+GPU_DROPPED = "(GPU events among them)"
+GPU_EXAMPLE = "(GPU event dropped, e.g.) "
+
+#: An event of a known kind dropped for a bad time value.
+_bad = pl.col("_range") | pl.col("_missing") | pl.col("_zero") | pl.col("_negative")
+
+
 def normalise(raw: pl.DataFrame) -> Frame:
     """One raw frame in the event schema (rank set later), and the counts of what it drops."""
     dropped: Counter[str] = Counter()
@@ -170,10 +182,15 @@ def normalise(raw: pl.DataFrame) -> Frame:
                 pl.col("_zero").sum(),
                 pl.col("_negative").sum(),
                 pl.col("_range").sum(),
+                _gpu=(_bad & pl.col("kind").is_in(GPU_WORK)).sum(),
+                _example=pl.col("name").filter(_bad & pl.col("kind").is_in(GPU_WORK)).first(),
             ),
         ]
     )
-    unknown, missing, zero, negative, out_of_range = flags.row(0)
+    unknown, missing, zero, negative, out_of_range, gpu, example = flags.row(0)
+    if gpu:  # GPU work (kernels, copies, memsets) among the dropped: the analyses miss it
+        dropped[GPU_DROPPED] += gpu
+        dropped[f"{GPU_EXAMPLE}{example}"] = 0
     for reason, n in (
         ("missing ts or dur", missing),
         ("ts or dur out of range", out_of_range),

@@ -55,6 +55,8 @@ from traceanalyzer.readers.base import ByteSource, head_bytes
 from traceanalyzer.readers.chrome_fields import Parsed, keep, parse_ndjson
 from traceanalyzer.readers.chrome_normalise import (
     DUPLICATE,
+    GPU_DROPPED,
+    GPU_EXAMPLE,
     Frame,
     normalise,
     with_copy_kinds,
@@ -468,6 +470,7 @@ def _to_timeline(part: Parsed, rank: int, rank_source: str, source_path: str) ->
     lost = int(events.select(unplaced.sum()).item())
     if lost:  # a GPU event with neither a device/stream nor a numeric pid/tid to stand in
         part.dropped["GPU event with no device or stream"] += lost
+        part.dropped[GPU_DROPPED] += lost
         events = events.filter(~unplaced)
     events, twice = without_duplicates(events)
     if twice:
@@ -476,6 +479,7 @@ def _to_timeline(part: Parsed, rank: int, rank_source: str, source_path: str) ->
             f"{twice} events appear more than once, byte for byte (a trace merged or exported "
             "twice?): each is counted once"
         )
+    drops = _named_drops(part)
     header = part.header
     info = header.get("distributedInfo")
     world = info.get("world_size") if isinstance(info, dict) else None
@@ -514,8 +518,12 @@ def _to_timeline(part: Parsed, rank: int, rank_source: str, source_path: str) ->
         devices=devices,
         quality=DataQuality(
             truncated_files=(str(part.path),) if part.truncated else (),
-            dropped=_named_drops(part),
+            dropped={k: n for k, n in drops.items() if not k.startswith("(")},
             notes=(*part.notes, *device_notes),
+            dropped_gpu=drops.get(GPU_DROPPED, 0),
+            dropped_gpu_example=next(
+                (k.removeprefix(GPU_EXAMPLE) for k in drops if k.startswith(GPU_EXAMPLE)), None
+            ),
         ),
     )
     return Timeline(events=events, meta=meta)

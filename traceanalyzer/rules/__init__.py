@@ -110,7 +110,8 @@ def run_rules(ctx: Context, settings: Settings) -> list[Finding]:
     """Every enabled rule's findings, worst first: by severity (which follows the impact's
     share of a step for rules priced in time, and for risks such as memory growth how soon
     the job fails), risks before costs, then impact (unknown impact after known), code and
-    scope. Findings whose impact is under the policy's floor are left out."""
+    scope. Findings whose impact is under the policy's floor are left out, and all but
+    TA012's where TA012 finds the trace damaged (GPU events it could not read)."""
     unknown_codes = set(settings.thresholds) - set(BY_CODE) - {IMPACT_KEY}
     if unknown_codes:
         raise ConfigError(
@@ -125,6 +126,10 @@ def run_rules(ctx: Context, settings: Settings) -> list[Finding]:
         if settings.enabled(rule.code):
             found = rule().check(ctx, thresholds_for(rule, settings))
             findings.extend(f for f in found if rule.below_floor or not _trivial(ctx, f, policy))
+    if any(f.evidence.get("damaged") for f in findings):
+        # the trace lost GPU events it needs (TA012): a verdict only on what was read, so
+        # no performance finding on a timeline with holes
+        findings = [f for f in findings if f.rule == "TA012"]
     return sorted(
         findings,
         key=lambda f: (

@@ -40,7 +40,11 @@ class TraceQuality(Rule):
     work inside the window (a first launch that loads a library or autotunes, `cudaFree`
     creating the context, compilation: analyses/startup.py) over `min_startup_share` of
     it, a warning where it is most of the window: the trace then shows start-up, not the
-    loop, and the verdict says so. Its GPU idle is left out of TA001's price.
+    loop, and the verdict says so. Its GPU idle is left out of TA001's price. Where more than
+    `max_dropped_gpu_share` of the GPU events could not be read (timestamps written as text,
+    negative durations, a converter's output), the trace is damaged: a critical finding with
+    an example, the verdict is about the trace, and no performance finding is reported (a
+    timeline with holes would be read as idle).
 
     ## Why it matters
     Every other diagnosis rests on the trace. A truncated trace misses the end of the run, a
@@ -86,6 +90,13 @@ class TraceQuality(Rule):
             default=0.01,
             metadata={"help": "share of GPU work starting before its launch that is tolerated"},
         )
+        max_dropped_gpu_share: float = field(
+            default=0.01,
+            metadata={
+                "help": "share of the GPU events that could not be read above which the trace "
+                "is damaged: a critical finding, and no performance finding"
+            },
+        )
         min_startup_share: float = field(
             default=0.10,
             metadata={"help": "one-time work as a share of the window that is named"},
@@ -100,12 +111,22 @@ class TraceQuality(Rule):
 
     def check(self, ctx: Context, t: Thresholds) -> Iterable[Finding]:
         q = ctx.meta.quality
+        yield from self._damaged(ctx, t)
+        w = ctx.metrics.windows
+        span = int(w.select(pl.col("end_ns").max() - pl.col("start_ns").min()).item() or 0)
         if q.truncated_files:
             yield self.finding(
                 ctx,
                 f"{len(q.truncated_files)} trace file(s) cut off mid-event: "
-                f"{', '.join(q.truncated_files)}; the events before the cut were kept",
-                {"truncated_files": list(q.truncated_files), "notes": list(q.notes)},
+                f"{', '.join(q.truncated_files)}; the events before the cut were kept "
+                f"({ctx.metrics.kernel_count} kernels over {span / 1e6:.1f} ms of GPU time); "
+                "what came after the cut is missing from every figure",
+                {
+                    "truncated_files": list(q.truncated_files),
+                    "notes": list(q.notes),
+                    "kernels_read": ctx.metrics.kernel_count,
+                    "read_span_ns": span,
+                },
                 severity=Severity.WARNING,
                 advice="Let the profiler finish writing before copying the trace, then re-run.",
             )
@@ -159,6 +180,36 @@ class TraceQuality(Rule):
                     Scope(rank=rank),
                     severity=Severity.INFO,
                 )
+
+    def _damaged(self, ctx: Context, t: Thresholds) -> Iterable[Finding]:
+        """GPU events the reader could not read (bad or text timestamps, negative durations,
+        no device): above `max_dropped_gpu_share` of them, the timeline has holes, and a
+        finding priced on it would be about the holes."""
+        q = ctx.meta.quality
+        lost = q.dropped_gpu
+        read = ctx.metrics.kernel_count
+        if not lost or lost < t.max_dropped_gpu_share * (lost + read):
+            return
+        reasons = {k: n for k, n in q.dropped.items() if k not in BENIGN_DROPS}
+        why = ", ".join(f"{n} {k}" for k, n in sorted(reasons.items(), key=lambda x: -x[1]))
+        yield self.finding(
+            ctx,
+            f"{lost} GPU events (kernels, copies, memsets) could not be read, against "
+            f"{read} kernels read ({why})"
+            + (f"; e.g. {q.dropped_gpu_example[:120]}" if q.dropped_gpu_example else "")
+            + ": the GPU timeline has holes, so no performance finding is reported",
+            {
+                "damaged": True,
+                "dropped_gpu": lost,
+                "kernels_read": read,
+                "dropped": reasons,
+                "example": q.dropped_gpu_example,
+                "threshold_share": t.max_dropped_gpu_share,
+            },
+            severity=Severity.CRITICAL,
+            advice="Re-export the trace with the profiler (timestamps and durations must be "
+            "JSON numbers, in µs, durations not negative), or fix the converter that wrote it.",
+        )
 
     def _startup(self, ctx: Context, t: Thresholds) -> Iterable[Finding]:
         """One-time work inside the window (analyses/startup.py), per device."""

@@ -117,3 +117,12 @@ def test_the_check_sees_a_cycle(tmp_path: Path) -> None:
     )
     known = {"traceanalyzer.rules.base", "traceanalyzer.api"}
     assert _imports(src, "traceanalyzer.analyses.x", known) == known
+
+
+def test_a_cycle_is_found() -> None:
+    """The cycle check on a graph with one: two modules that import each other."""
+    graph = nx.DiGraph(
+        [("traceanalyzer.a", "traceanalyzer.b"), ("traceanalyzer.b", "traceanalyzer.a")]
+    )
+    cycles = [c for c in nx.strongly_connected_components(graph) if len(c) > 1]
+    assert cycles == [{"traceanalyzer.a", "traceanalyzer.b"}]

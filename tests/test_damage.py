@@ -152,5 +152,23 @@ def test_sqlite_export_without_its_kernel_table(export: Path) -> None:
     assert _refused_naming(code, err, "no CUDA kernel"), err
 
 
+def test_a_few_unreadable_kernels_are_damage_too(tmp_path: Path) -> None:
+    """2 % of the kernels with negative durations (above the 1 % threshold): the trace is
+    damaged; 0.2 % (under it): the report goes on, and data_quality counts them."""
+    source = SAMPLES / "train_bf16_healthy.json.gz"
+    for every, is_damaged in ((50, True), (500, False)):
+        seen = iter(range(10**9))
+
+        def change(e: dict[str, Any], every: int = every, seen: Any = seen) -> dict[str, Any]:
+            return {**e, "dur": -1} if next(seen) % every == 0 else e
+
+        path = _rewrite(source, tmp_path / f"every{every}.json", change)
+        _code, doc, err = _run(path)
+        assert doc is not None, err
+        headline = doc["verdict"]["headline"]
+        assert headline.startswith("the trace is damaged") is is_damaged, headline
+        assert doc["data_quality"]["dropped_gpu_events"] > 0
+
+
 #: Cases in this suite, for the closing note: cuts, field damage, duplicates, folder, SQLite.
-CASES = len(CUTS) * len(CUT_SOURCES) + len(FIELD_DAMAGE) * len(FIELD_SOURCES) + 2 + 1 + 2
+CASES = len(CUTS) * len(CUT_SOURCES) + len(FIELD_DAMAGE) * len(FIELD_SOURCES) + 2 + 1 + 2 + 2

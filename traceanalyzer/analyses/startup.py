@@ -7,21 +7,23 @@ loading, cuBLAS/cuDNN handles, the first convolution's library load and autotuni
 the host does it the GPU idles, and a report would read that idle as starvation and price
 it per step ("saves ~1.02 s/step, use CUDA graphs"), though it happens once.
 
-A host runtime or driver call inside a device's window is **one-time work** when it takes
-at least `MIN_NS` and either is initialisation by name (`steady.ONE_TIME_WORK`: module
-loads, allocations, handle and stream creation, NCCL init, compilation; `cudaFree`, which
-synchronises and, first called, creates the context) or takes at least `FACTOR` times the
-median call of its name on its rank (a first launch among thousands of µs launches) where
-all such calls of the name come in the first half of its calls (`EARLY_SHARE`: a copy that
-blocks every step is long every step, and the loop's); so is
-a host range of compilation or autotuning (torch.compile's, Inductor's: ONE_TIME_WORK) of
-at least `MIN_NS`; so is an operator's call that takes `FACTOR` times the median call of
-its name (two calls or more, all of them early as above), cudnn.benchmark's first
-convolution, 390 ms against 50 µs later. A call found by its length rather than its name
-(and `cudaFree`) counts only where the GPU idles at least half of it: a long call with the
-GPU busy is a sync, not start-up.
-The GPU idle they cover (`idle_ns`: the device's idle gaps while they run) is start-up,
-not the loop's: TA001 leaves it out of its price, and TA012 names it.
+A call or range inside a device's window is **one-time work** when it takes at least
+`MIN_NS`, every such call of its name comes among the name's first half of calls
+(`EARLY_SHARE`: a `cudaMalloc`, a `cudaFree` (`empty_cache()`) or a blocking copy every
+step is the loop's), and it is one of:
+
+- a runtime or driver call that is initialisation by name (`steady.ONE_TIME_WORK`: module
+  loads, allocations, handle and stream creation, NCCL init; `LONG_ONCE`: `cudaFree`, which
+  synchronises and, first called, creates the context);
+- a host range of compilation or autotuning (torch.compile's, Inductor's);
+- a runtime call or an operator's call `FACTOR` times the median call of its name (called
+  twice or more): a first launch among thousands of µs launches, cudnn.benchmark's first
+  convolution (390 ms against 50 µs later).
+
+One found by its length, and `cudaFree`, counts only where the GPU idles at least half of
+it: a long call with the GPU busy is a sync, not start-up. The GPU idle they cover
+(`idle_ns`: the device's idle gaps while they run) is start-up, not the loop's: TA001
+leaves it out of its price, and TA012 names it.
 """
 
 from __future__ import annotations
@@ -56,7 +58,8 @@ SCHEMA: dict[str, pl.DataType] = {
 
 
 def one_time_calls(timeline: Timeline, windows: pl.DataFrame, gaps: pl.DataFrame) -> pl.DataFrame:
-    """rank, device, name, op_name, start_ns, dur_ns, idle_ns: each one-time host call
+    """rank, device, name, op_name, start_ns, end_ns (clipped to the window), dur_ns (the
+    whole call), idle_ns: each one-time host call
     inside a device's window (one row per call and device of its rank), with the operator
     that made it (the innermost CPU operator around it on its thread, null where none) and
     the device's idle time while it ran. Longest first.
@@ -69,16 +72,18 @@ def one_time_calls(timeline: Timeline, windows: pl.DataFrame, gaps: pl.DataFrame
     calls = (
         events.filter(pl.col("kind").is_in([Kind.RUNTIME.value, Kind.DRIVER.value]))
         .select("rank", "pid", "tid", "start_ns", "end_ns", name=name)
-        .with_columns(long=_long_and_early())
-        .filter(
-            (dur >= MIN_NS)
-            & (
-                pl.col("name").str.contains(ONE_TIME_WORK)
-                | pl.col("name").str.contains(LONG_ONCE)
-                | pl.col("long")
-            )
+        .with_columns(
+            long=_long_and_early(),
+            named=_early(
+                (dur >= MIN_NS)
+                & (
+                    pl.col("name").str.contains(ONE_TIME_WORK)
+                    | pl.col("name").str.contains(LONG_ONCE)
+                )
+            ),
         )
-        .drop("long")
+        .filter(pl.col("named") | pl.col("long"))
+        .drop("long", "named")
         # only a name's initialisation counts whatever the GPU does; a call that is long
         # for its name must leave the GPU idle (a long sync is the GPU's work, not start-up)
         .with_columns(first_call=~pl.col("name").str.contains(ONE_TIME_WORK))
@@ -89,7 +94,7 @@ def one_time_calls(timeline: Timeline, windows: pl.DataFrame, gaps: pl.DataFrame
             pl.col("kind").is_in([Kind.ANNOTATION.value, Kind.CPU_OP.value, Kind.PYTHON.value])
         )
         .select("rank", "pid", "tid", "start_ns", "end_ns", name=name)
-        .filter((dur >= MIN_NS) & pl.col("name").str.contains(ONE_TIME_WORK))
+        .filter(_early((dur >= MIN_NS) & pl.col("name").str.contains(ONE_TIME_WORK)))
         .with_columns(first_call=pl.lit(False))
     )
     # operators whose call takes FACTOR times their usual one while the GPU idles: a first
@@ -172,8 +177,9 @@ def one_time_calls(timeline: Timeline, windows: pl.DataFrame, gaps: pl.DataFrame
             "device",
             "name",
             "op_name",
-            "start_ns",
-            "end_ns",
+            # the part inside the window (a compilation range may begin before it)
+            start_ns=pl.max_horizontal("start_ns", "w_start"),
+            end_ns=pl.min_horizontal("end_ns", "w_end"),
             dur_ns=pl.col("end_ns") - pl.col("start_ns"),
             idle_ns=pl.col("idle_ns").fill_null(0),
         )
@@ -198,10 +204,19 @@ def _long_and_early() -> pl.Expr:
     step."""
     dur = pl.col("end_ns") - pl.col("start_ns")
     by = ["rank", "name"]
-    long = (dur >= MIN_NS) & (dur >= FACTOR * dur.median().over(by)) & (pl.len().over(by) > 1)
+    return _early(
+        (dur >= MIN_NS) & (dur >= FACTOR * dur.median().over(by)) & (pl.len().over(by) > 1)
+    )
+
+
+def _early(flag: pl.Expr) -> pl.Expr:
+    """`flag` where every flagged call of the name (on its rank) comes among the name's
+    first EARLY_SHARE of calls (a single call counts): what recurs through the run, a
+    `cudaMalloc` or `cudaFree` (`empty_cache()`) every step, a recompilation, is the loop's."""
+    by = ["rank", "name"]
     order = pl.col("start_ns").rank("ordinal").over(by)
-    last = pl.when(long).then(order).max().over(by)
-    return long & (last <= EARLY_SHARE * pl.len().over(by))
+    last = pl.when(flag).then(order).max().over(by)
+    return flag & (last <= pl.max_horizontal(pl.lit(1.0), EARLY_SHARE * pl.len().over(by)))
 
 
 IDLE_SCHEMA: dict[str, pl.DataType] = {

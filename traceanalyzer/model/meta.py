@@ -44,6 +44,8 @@ class DataQuality:
     #: GPU events (kernels, copies, memsets) among the dropped ones, and one's name
     dropped_gpu: int = 0
     dropped_gpu_example: str | None = None
+    #: GPU events read (where the reader counts them: Chrome traces)
+    gpu_events: int = 0
 
     @property
     def truncated(self) -> bool:

@@ -95,6 +95,7 @@ def combine_meta(metas: list[TraceMeta], path: str) -> TraceMeta:
         dropped=dict(dropped),
         notes=tuple(n for m in metas for n in m.quality.notes),
         dropped_gpu=sum(m.quality.dropped_gpu for m in metas),
+        gpu_events=sum(m.quality.gpu_events for m in metas),
         dropped_gpu_example=next(
             (m.quality.dropped_gpu_example for m in metas if m.quality.dropped_gpu_example),
             None,

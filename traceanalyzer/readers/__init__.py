@@ -62,7 +62,8 @@ def _check_gzip(path: Path) -> None:
             cut = src.truncated
     except TraceFormatError as exc:
         raise TraceFormatError(
-            f"not gzip data: the {_size(size)} after its gzip header do not decompress "
+            f"not gzip data: the {_size(max(0, size - 10))} after its gzip header do not "
+            "decompress "
             f"{exc.problem.removeprefix('corrupt gzip data ')}",
             path=path,
             hint="the file is damaged or is not what its name says; copy it again from its source",

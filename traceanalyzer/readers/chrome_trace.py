@@ -480,6 +480,7 @@ def _to_timeline(part: Parsed, rank: int, rank_source: str, source_path: str) ->
             "twice?): each is counted once"
         )
     drops = _named_drops(part)
+    gpu_kinds = [k.value for k in GPU_KINDS]
     header = part.header
     info = header.get("distributedInfo")
     world = info.get("world_size") if isinstance(info, dict) else None
@@ -521,6 +522,7 @@ def _to_timeline(part: Parsed, rank: int, rank_source: str, source_path: str) ->
             dropped={k: n for k, n in drops.items() if not k.startswith("(")},
             notes=(*part.notes, *device_notes),
             dropped_gpu=drops.get(GPU_DROPPED, 0),
+            gpu_events=int(events.select(pl.col("kind").is_in(gpu_kinds).sum()).item()),
             dropped_gpu_example=next(
                 (k.removeprefix(GPU_EXAMPLE) for k in drops if k.startswith(GPU_EXAMPLE)), None
             ),

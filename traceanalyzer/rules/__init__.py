@@ -28,7 +28,7 @@ from traceanalyzer.rules.ta008_rank_imbalance import RankImbalance
 from traceanalyzer.rules.ta009_pageable_memcpy import PageableMemcpy
 from traceanalyzer.rules.ta010_dtype_casts import DtypeCasts
 from traceanalyzer.rules.ta011_memory_growth import MemoryGrowth
-from traceanalyzer.rules.ta012_trace_quality import TraceQuality
+from traceanalyzer.rules.ta012_trace_quality import TraceQuality, damaged
 from traceanalyzer.rules.ta013_unfused_attention import UnfusedAttention
 
 ALL_RULES: list[type[Rule]] = [
@@ -126,10 +126,13 @@ def run_rules(ctx: Context, settings: Settings) -> list[Finding]:
         if settings.enabled(rule.code):
             found = rule().check(ctx, thresholds_for(rule, settings))
             findings.extend(f for f in found if rule.below_floor or not _trivial(ctx, f, policy))
-    if any(f.evidence.get("damaged") for f in findings):
-        # the trace lost GPU events it needs (TA012): a verdict only on what was read, so
-        # no performance finding on a timeline with holes
+    t012 = thresholds_for(TraceQuality, settings)
+    if damaged(ctx.meta.quality, t012.max_dropped_gpu_share):
+        # the trace lost GPU events it needs: a verdict only on what was read, so no
+        # performance finding on a timeline with holes, whatever rules are selected
         findings = [f for f in findings if f.rule == "TA012"]
+        if not any(f.evidence.get("damaged") for f in findings):
+            findings += list(TraceQuality().damaged_finding(ctx, t012))
     return sorted(
         findings,
         key=lambda f: (

@@ -123,7 +123,7 @@ class GpuStarvation(Rule):
                         )
                     )
             if startup:
-                where.append(f"{startup / 1e6:.2f} ms more is start-up, left out (TA012)")
+                where.append(f"{startup / 1e6:.2f} ms more is one-time start-up work, left out")
             yield self.finding(
                 ctx,
                 f"rank {d['rank']} GPU {d['device']}: idle {d['idle_share']:.0%} of a "
@@ -144,7 +144,12 @@ class GpuStarvation(Rule):
                 Scope(d["rank"], d["device"]),
                 _impact(ctx, d["rank"], d["device"], wait),
                 advice,
-                ceiling_ns=ctx.per_step(wait, d["rank"], d["device"]),
+                # feeding the GPU saves at most its idle that is not start-up
+                ceiling_ns=ctx.per_step(
+                    max(0, d["idle_ns"] - _startup_idle(ctx, d["rank"], d["device"])),
+                    d["rank"],
+                    d["device"],
+                ),
             )
 
 

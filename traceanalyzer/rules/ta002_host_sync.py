@@ -119,7 +119,8 @@ class HostSync(Rule):
                 Scope(rank=rank),
                 _per_step(ctx, rank, bubble),
                 _advice(ctx),
-                ceiling_ns=_per_step(ctx, rank, bubble),
+                # removing syncs saves at most the GPU's idle
+                ceiling_ns=_per_step(ctx, rank, _rank_idle(ctx, rank)),
             )
 
 
@@ -139,6 +140,11 @@ def _sync_idle(ctx: Context, rank: int) -> int:
     cap = pl.max_horizontal(ahead, pl.lit(ctx.metrics.launch_gap_max_ns))
     refill = pl.min_horizontal(pl.col("gap_ns") - pl.col("sync_ns"), cap)
     return int(gaps.select((pl.col("sync_ns") + refill).sum()).item() or 0)
+
+
+def _rank_idle(ctx: Context, rank: int) -> int:
+    """The GPU idle of the rank's most idle device over the window."""
+    return max((d["idle_ns"] for d in ctx.devices() if d["rank"] == rank), default=0)
 
 
 def _per_step(ctx: Context, rank: int, ns: int) -> int | None:

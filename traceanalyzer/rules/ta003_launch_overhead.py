@@ -147,7 +147,8 @@ class LaunchOverhead(Rule):
                 Scope(d["rank"], d["device"]),
                 impact,
                 advice,
-                ceiling_ns=ctx.per_step(launch, d["rank"], d["device"]),
+                # fewer launches save at most the GPU's idle
+                ceiling_ns=ctx.per_step(d["idle_ns"], d["rank"], d["device"]),
             )
 
 

@@ -239,5 +239,5 @@ def _chain_words(ctx: Context, chain: dict[str, Any] | None, layer: tuple[str, s
         f"; the chain that fusion shortens most: {chain['pattern']} "
         f"({chain['chains_per_step']:.0f} {per}, {chain['kernel_ns_per_step'] / 1e6:.2f} ms "
         f"{per}, about {chain['saving_ns_per_step'] / 1e6:.2f} ms of it removable)"
-        + (f": {layer[0]}" if layer else "")
+        + (f"; the chains hold {layer[0]}" if layer else "")
     )

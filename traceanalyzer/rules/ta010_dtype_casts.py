@@ -117,9 +117,9 @@ class DtypeCasts(Rule):
 
 
 def _cast_ns_per_step(ctx: Context, casts_ns: int) -> int | None:
-    """The copy and cast kernels' time per steady step (all devices' together, over the
-    most steps any device has; the window without step markers): a fix removes at most all
-    of it."""
+    """The copy and cast kernels' time per steady step, all devices' together (an upper
+    bound for each rank's; the window without step markers): a fix removes at most all of
+    it. The price, taken from the sampled steps' critical path, is capped at it."""
     m = ctx.metrics
     if m.basis == "trace":
         return casts_ns

@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 import polars as pl
 
+from traceanalyzer.model import DataQuality
 from traceanalyzer.rules.base import Context, Finding, Rule, Scope, Severity
 from traceanalyzer.rules.examples import Event, launched, step
 
@@ -111,7 +112,7 @@ class TraceQuality(Rule):
 
     def check(self, ctx: Context, t: Thresholds) -> Iterable[Finding]:
         q = ctx.meta.quality
-        yield from self._damaged(ctx, t)
+        yield from self.damaged_finding(ctx, t)
         w = ctx.metrics.windows
         span = int(w.select(pl.col("end_ns").max() - pl.col("start_ns").min()).item() or 0)
         if q.truncated_files:
@@ -181,27 +182,28 @@ class TraceQuality(Rule):
                     severity=Severity.INFO,
                 )
 
-    def _damaged(self, ctx: Context, t: Thresholds) -> Iterable[Finding]:
+    def damaged_finding(self, ctx: Context, t: Thresholds) -> Iterable[Finding]:
         """GPU events the reader could not read (bad or text timestamps, negative durations,
         no device): above `max_dropped_gpu_share` of them, the timeline has holes, and a
-        finding priced on it would be about the holes."""
+        finding priced on it would be about the holes. Run whatever rules are selected:
+        `run_rules` keeps only this when the trace is damaged."""
         q = ctx.meta.quality
         lost = q.dropped_gpu
-        read = ctx.metrics.kernel_count
-        if not lost or lost < t.max_dropped_gpu_share * (lost + read):
+        read = q.gpu_events
+        if not damaged(q, t.max_dropped_gpu_share):
             return
         reasons = {k: n for k, n in q.dropped.items() if k not in BENIGN_DROPS}
         why = ", ".join(f"{n} {k}" for k, n in sorted(reasons.items(), key=lambda x: -x[1]))
         yield self.finding(
             ctx,
             f"{lost} GPU events (kernels, copies, memsets) could not be read, against "
-            f"{read} kernels read ({why})"
+            f"{read} read ({why})"
             + (f"; e.g. {q.dropped_gpu_example[:120]}" if q.dropped_gpu_example else "")
             + ": the GPU timeline has holes, so no performance finding is reported",
             {
                 "damaged": True,
                 "dropped_gpu": lost,
-                "kernels_read": read,
+                "gpu_events_read": read,
                 "dropped": reasons,
                 "example": q.dropped_gpu_example,
                 "threshold_share": t.max_dropped_gpu_share,
@@ -282,6 +284,11 @@ class TraceQuality(Rule):
                 advice="Idle gaps and the critical path are unreliable: re-capture on one "
                 "host with a current profiler, or align the traces' clocks before merging.",
             )
+
+
+def damaged(q: DataQuality, share: float) -> bool:
+    """Whether the reader lost at least `share` of the trace's GPU events (and one)."""
+    return q.dropped_gpu > 0 and q.dropped_gpu >= share * (q.dropped_gpu + q.gpu_events)
 
 
 #: One-time calls looked at for the finding's list (longest first).

@@ -30,13 +30,16 @@ CUT_SOURCES = (
 )
 #: (what, how a kernel event is rewritten) a converter's damage to one numeric field
 FIELD_DAMAGE: dict[str, Any] = {
-    "ts as text": lambda e: {**e, "ts": str(e["ts"])},
-    "dur as text": lambda e: {**e, "dur": str(e["dur"])},
     "negative dur": lambda e: {**e, "dur": -abs(e["dur"]) - 1},
     "null ts": lambda e: {**e, "ts": None},
     "huge dur": lambda e: {**e, "dur": 1e30},
 }
 FIELD_SOURCES = (SAMPLES / "train_bf16_healthy.json.gz", GPU / "gelu_manual.json.gz")
+#: Numbers a converter writes as JSON text: unambiguous, so read (and counted in a note).
+TEXT_DAMAGE: dict[str, Any] = {
+    "ts as text": lambda e: {**e, "ts": str(e["ts"])},
+    "dur as text": lambda e: {**e, "dur": str(e["dur"])},
+}
 
 
 def _run(path: Path) -> tuple[int, dict[str, Any] | None, str]:
@@ -90,6 +93,18 @@ def test_unreadable_gpu_events_get_no_performance_verdict(
     assert doc["verdict"]["headline"].startswith("the trace is damaged"), doc["verdict"]
     assert {f["rule"] for f in doc["diagnoses"]} == {"TA012"}
     assert any(f["severity"] == "critical" for f in doc["diagnoses"])
+
+
+@pytest.mark.parametrize("damage", sorted(TEXT_DAMAGE))
+@pytest.mark.parametrize("source", FIELD_SOURCES, ids=lambda p: p.name)
+def test_numbers_written_as_text_are_read(source: Path, damage: str, tmp_path: Path) -> None:
+    path = _rewrite(source, tmp_path / "text.json", TEXT_DAMAGE[damage])
+    _, doc, err = _run(path)
+    _, clean, _ = _run(source)
+    assert doc is not None and clean is not None, err
+    assert doc["diagnoses"] == clean["diagnoses"]
+    assert doc["verdict"] == clean["verdict"]
+    assert any("written as JSON text" in n for n in doc["data_quality"]["notes"])
 
 
 @pytest.mark.parametrize("source", FIELD_SOURCES, ids=lambda p: p.name)
@@ -171,4 +186,11 @@ def test_a_few_unreadable_kernels_are_damage_too(tmp_path: Path) -> None:
 
 
 #: Cases in this suite, for the closing note: cuts, field damage, duplicates, folder, SQLite.
-CASES = len(CUTS) * len(CUT_SOURCES) + len(FIELD_DAMAGE) * len(FIELD_SOURCES) + 2 + 1 + 2 + 2
+CASES = (
+    len(CUTS) * len(CUT_SOURCES)
+    + (len(FIELD_DAMAGE) + len(TEXT_DAMAGE)) * len(FIELD_SOURCES)
+    + 2
+    + 1
+    + 2
+    + 2
+)

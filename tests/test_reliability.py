@@ -77,12 +77,19 @@ def test_every_value_out_of_range_says_so(tmp_path: Path) -> None:
     assert "1 events dropped (ts or dur out of range)" in _one_error_line(err)
 
 
-def test_string_timestamps_are_named(tmp_path: Path) -> None:
-    events = [{**ev, "ts": str(ev["ts"])} for ev in EVENTS]
-    path = write_trace(tmp_path / "t.json", events)
-    with pytest.raises(NoGpuEventsError, match="written as a string"):
-        from traceanalyzer import api
+def test_string_timestamps_are_read_and_named(tmp_path: Path) -> None:
+    """Numbers written as JSON text are read as numbers and counted (issue 28); text that
+    is no number is named, not called a CPU-only trace."""
+    from traceanalyzer import api
 
+    events = [{**ev, "ts": str(ev["ts"])} for ev in EVENTS]
+    text = api.report(write_trace(tmp_path / "t.json", events)).to_json_dict()
+    plain = api.report(write_trace(tmp_path / "n.json", EVENTS)).to_json_dict()
+    assert text["diagnoses"] == plain["diagnoses"] and text["devices"] == plain["devices"]
+    assert any("written as JSON text" in n for n in text["data_quality"]["notes"])
+    events = [{**ev, "ts": "soon"} for ev in EVENTS]
+    path = write_trace(tmp_path / "w.json", events)
+    with pytest.raises(NoGpuEventsError, match="written as a string"):
         api.report(path)
     code, err = _cli("report", str(path))
     assert code == 2 and "CPU-only" not in _one_error_line(err)

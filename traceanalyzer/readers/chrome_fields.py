@@ -8,6 +8,7 @@ parsed only once the file shows them; `Parsed` is what the file has shown so far
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,7 +53,7 @@ def arg_fields(text_ids: bool) -> dict[str, pl.DataType]:
     }
 
 
-def raw_schema(text_ids: bool) -> pl.Schema:
+def raw_schema(text_ids: bool, text_times: bool = False) -> pl.Schema:
     """The fields parsed from each event: its own, and those of its `args` object.
 
     The splitter lifts the args fields of Kineto's events into the event itself
@@ -68,9 +69,11 @@ def raw_schema(text_ids: bool) -> pl.Schema:
             "name": pl.Categorical(),
             "pid": ident,
             "tid": ident,
-            "ts": pl.Float64(),
+            # a converter may write them as JSON text (`"ts": "1712.5"`): a block that does
+            # is parsed with them as text, read as numbers by the normaliser
+            "ts": pl.String() if text_times else pl.Float64(),
             "tn": pl.Int64(),  # exact ns, see json_scan.exact_timestamps
-            "dur": pl.Float64(),
+            "dur": pl.String() if text_times else pl.Float64(),
             **arg_fields(text_ids),
             "args": pl.String(),  # costs nothing where absent
         }
@@ -95,9 +98,11 @@ _COMM_NAME = (
 )
 
 
-def read_ndjson(ndjson: bytes, text_ids: bool, skip: frozenset[str] = frozenset()) -> pl.DataFrame:
+def read_ndjson(
+    ndjson: bytes, text_ids: bool, skip: frozenset[str] = frozenset(), text_times: bool = False
+) -> pl.DataFrame:
     """Parse NDJSON events into the raw schema; fields in `skip` are not parsed (all null)."""
-    schema = raw_schema(text_ids)
+    schema = raw_schema(text_ids, text_times)
     if not skip:
         raw = pl.read_ndjson(ndjson, schema=schema, ignore_errors=True)
         return _merge_args(raw, text_ids)
@@ -130,6 +135,12 @@ def _merge_args(raw: pl.DataFrame, text_ids: bool) -> pl.DataFrame:
     )
 
 
+#: A timestamp or duration written as a JSON string (`"ts": "1712.5"`).
+TEXT_TIME = re.compile(rb'"(?:ts|dur)"\s*:\s*"')
+#: The pseudo-reason under which the text timestamps read as numbers are counted (the
+#: reader turns it into a note).
+TIMES_FROM_TEXT = "(ts or dur read from text)"
+
 _GPU_CATS = ["kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"]
 
 
@@ -146,9 +157,11 @@ def parse_ndjson(ndjson: bytes, parsed: Parsed, exact: bool = True) -> pl.DataFr
     and so is every later block of the file. `exact`: the block may hold `tn` (the splitter
     rewrote its timestamps).
     """
-    raw = read_ndjson(ndjson, parsed.text_ids, parsed.skipped(exact))
-    while _shows_more(raw, parsed):  # each pass turns on at least one more field group
-        raw = read_ndjson(ndjson, parsed.text_ids, parsed.skipped(exact))
+    raw = read_ndjson(ndjson, parsed.text_ids, parsed.skipped(exact), parsed.text_times)
+    while _shows_more(raw, parsed, ndjson):  # each pass turns on at least one more field group
+        raw = read_ndjson(ndjson, parsed.text_ids, parsed.skipped(exact), parsed.text_times)
+    if parsed.text_times:  # counted from the bytes: a number and a text read alike
+        parsed.dropped[TIMES_FROM_TEXT] += len(TEXT_TIME.findall(ndjson))
     return raw
 
 
@@ -159,7 +172,7 @@ _KEPT_EVENT = (pl.col("ph") == "X") & pl.col("cat").is_in(list(KIND_BY_CAT))
 _MEMORY_EVENT = (pl.col("ph") == "i") & (pl.col("name") == "[memory]")
 
 
-def _shows_more(raw: pl.DataFrame, parsed: Parsed) -> bool:
+def _shows_more(raw: pl.DataFrame, parsed: Parsed, ndjson: bytes = b"") -> bool:
     """Whether `raw` shows text ids, memory events, collectives or args objects not parsed
     yet (and mark them in `parsed`)."""
     checks: dict[str, pl.Expr] = {}
@@ -178,6 +191,13 @@ def _shows_more(raw: pl.DataFrame, parsed: Parsed) -> bool:
     if not parsed.comm:
         names = pl.col("name").unique().cast(pl.String)
         checks["comm"] = names.str.contains(_COMM_NAME).any()
+    if not parsed.text_times:
+        # a kept event without ts or dur: written as text (checked against the bytes)
+        checks["text_times"] = (
+            _KEPT_EVENT
+            & pl.col("tn").is_null()
+            & (pl.col("ts").is_null() | pl.col("dur").is_null())
+        ).any()
     if not parsed.args:
         # an args object left in place leaves its event without any args field
         skipped = parsed.skipped(exact=True)
@@ -191,6 +211,10 @@ def _shows_more(raw: pl.DataFrame, parsed: Parsed) -> bool:
     parsed.memory |= seen.get("memory", False)
     parsed.comm |= seen.get("comm", False)
     parsed.args |= seen.get("args", False)
+    if seen.get("text_times", False) and TEXT_TIME.search(ndjson):
+        parsed.text_times = True
+    else:
+        seen["text_times"] = False
     return any(seen.values())
 
 
@@ -208,6 +232,7 @@ class Parsed:
     memory: bool = False  # memory events seen: their fields are parsed
     comm: bool = False  # collectives seen (or a distributed job): their fields are parsed
     args: bool = False  # args objects not lifted seen: they are parsed
+    text_times: bool = False  # ts or dur written as JSON text: see parse_ndjson
 
     def skipped(self, exact: bool) -> frozenset[str]:
         """The optional fields not parsed (yet) in a block; `exact`: it may hold `tn`."""

@@ -105,6 +105,8 @@ def normalise(raw: pl.DataFrame) -> Frame:
     dropped: Counter[str] = Counter()
     if raw.height == 0:
         return None, dropped
+    if raw.schema["ts"] == pl.String:  # written as text by a converter: read as numbers
+        raw = raw.with_columns(pl.col("ts", "dur").cast(pl.Float64, strict=False))
     text = raw.schema["pid"] == pl.String
     known = pl.col("kind").is_not_null()
     start, dur = pl.col("start_ns"), pl.col("dur")

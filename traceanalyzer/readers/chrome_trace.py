@@ -52,7 +52,7 @@ from traceanalyzer.model import (
     combine,
 )
 from traceanalyzer.readers.base import ByteSource, head_bytes
-from traceanalyzer.readers.chrome_fields import Parsed, keep, parse_ndjson
+from traceanalyzer.readers.chrome_fields import TIMES_FROM_TEXT, Parsed, keep, parse_ndjson
 from traceanalyzer.readers.chrome_normalise import (
     DUPLICATE,
     GPU_DROPPED,
@@ -480,6 +480,11 @@ def _to_timeline(part: Parsed, rank: int, rank_source: str, source_path: str) ->
             "twice?): each is counted once"
         )
     drops = _named_drops(part)
+    if texts := drops.get(TIMES_FROM_TEXT):
+        part.notes.append(
+            f"{texts} timestamps or durations were written as JSON text (a converter's "
+            "output?) and read as numbers"
+        )
     gpu_kinds = [k.value for k in GPU_KINDS]
     header = part.header
     info = header.get("distributedInfo")

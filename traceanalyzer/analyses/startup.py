@@ -67,45 +67,53 @@ def one_time_calls(timeline: Timeline, windows: pl.DataFrame, gaps: pl.DataFrame
     `windows`: rank, device, start_ns, end_ns; `gaps`: the idle gaps (rank, device,
     start_ns, end_ns)."""
     events = timeline.events.lazy()
-    name = pl.col("name").cast(pl.String)
     dur = pl.col("end_ns") - pl.col("start_ns")
-    calls = (
-        events.filter(pl.col("kind").is_in([Kind.RUNTIME.value, Kind.DRIVER.value]))
-        .select("rank", "pid", "tid", "start_ns", "end_ns", name=name)
-        .with_columns(
-            long=_long_and_early(),
-            named=_early(
-                (dur >= MIN_NS)
-                & (
-                    pl.col("name").str.contains(ONE_TIME_WORK)
-                    | pl.col("name").str.contains(LONG_ONCE)
-                )
-            ),
+    by = ["rank", "name"]
+
+    def long_calls(kinds: list[str]) -> pl.LazyFrame:
+        """The calls of `kinds` of at least MIN_NS, with their place among their name's
+        calls (`order` of `n`) and its median; names matched as text only on these few."""
+        return (
+            events.filter(pl.col("kind").is_in(kinds))
+            .select("rank", "pid", "tid", "start_ns", "end_ns", "name")
+            .with_columns(
+                order=pl.col("start_ns").rank("ordinal").over(by),
+                n=pl.len().over(by),
+                median=dur.median().over(by),
+            )
+            .filter(dur >= MIN_NS)
+            .with_columns(pl.col("name").cast(pl.String))
         )
-        .filter(pl.col("named") | pl.col("long"))
-        .drop("long", "named")
+
+    def early(flag: pl.Expr) -> pl.Expr:
+        """`flag` where every flagged call of the name comes among its first EARLY_SHARE."""
+        last = pl.when(flag).then(pl.col("order")).max().over(by)
+        return flag & (last <= pl.max_horizontal(pl.lit(1.0), EARLY_SHARE * pl.col("n")))
+
+    long = (dur >= FACTOR * pl.col("median")) & (pl.col("n") > 1)
+    named = pl.col("name").str.contains(ONE_TIME_WORK)
+    calls = (
+        long_calls([Kind.RUNTIME.value, Kind.DRIVER.value])
+        .filter(early(named | pl.col("name").str.contains(LONG_ONCE)) | early(long))
         # only a name's initialisation counts whatever the GPU does; a call that is long
         # for its name must leave the GPU idle (a long sync is the GPU's work, not start-up)
-        .with_columns(first_call=~pl.col("name").str.contains(ONE_TIME_WORK))
+        .with_columns(first_call=~named)
     )
     # host ranges of compilation and autotuning (torch.compile's, Inductor's)
     ranges = (
-        events.filter(
-            pl.col("kind").is_in([Kind.ANNOTATION.value, Kind.CPU_OP.value, Kind.PYTHON.value])
-        )
-        .select("rank", "pid", "tid", "start_ns", "end_ns", name=name)
-        .filter(_early((dur >= MIN_NS) & pl.col("name").str.contains(ONE_TIME_WORK)))
+        long_calls([Kind.ANNOTATION.value, Kind.CPU_OP.value, Kind.PYTHON.value])
+        .filter(early(named))
         .with_columns(first_call=pl.lit(False))
     )
     # operators whose call takes FACTOR times their usual one while the GPU idles: a first
     # call that initialises a library or autotunes (cudnn.benchmark's first convolution)
     first = (
-        events.filter(pl.col("kind") == Kind.CPU_OP.value)
-        .select("rank", "pid", "tid", "start_ns", "end_ns", name=name)
-        .filter(_long_and_early() & ~pl.col("name").str.contains(ONE_TIME_WORK))
+        long_calls([Kind.CPU_OP.value])
+        .filter(early(long) & ~named)
         .with_columns(first_call=pl.lit(True))
     )
-    found = pl.concat([calls, ranges, first]).collect()
+    cols = ["rank", "pid", "tid", "start_ns", "end_ns", "name", "first_call"]
+    found = pl.concat([f.select(cols) for f in (calls, ranges, first)]).collect()
     if found.height == 0:
         return pl.DataFrame(schema=SCHEMA)
     found = found.with_row_index("_call")
@@ -195,28 +203,6 @@ def one_time_calls(timeline: Timeline, windows: pl.DataFrame, gaps: pl.DataFrame
 #: A name's long calls are one-time only where all of them come in the first this share of
 #: its calls: a call that is long every step (a blocking copy each step) is the loop's.
 EARLY_SHARE = 0.5
-
-
-def _long_and_early() -> pl.Expr:
-    """A call at least MIN_NS and FACTOR times its name's median call on the rank (a name
-    called more than once), where every such call of the name comes among its first
-    EARLY_SHARE of calls: cudnn.benchmark's first convolutions, not a copy that blocks every
-    step."""
-    dur = pl.col("end_ns") - pl.col("start_ns")
-    by = ["rank", "name"]
-    return _early(
-        (dur >= MIN_NS) & (dur >= FACTOR * dur.median().over(by)) & (pl.len().over(by) > 1)
-    )
-
-
-def _early(flag: pl.Expr) -> pl.Expr:
-    """`flag` where every flagged call of the name (on its rank) comes among the name's
-    first EARLY_SHARE of calls (a single call counts): what recurs through the run, a
-    `cudaMalloc` or `cudaFree` (`empty_cache()`) every step, a recompilation, is the loop's."""
-    by = ["rank", "name"]
-    order = pl.col("start_ns").rank("ordinal").over(by)
-    last = pl.when(flag).then(order).max().over(by)
-    return flag & (last <= pl.max_horizontal(pl.lit(1.0), EARLY_SHARE * pl.len().over(by)))
 
 
 IDLE_SCHEMA: dict[str, pl.DataType] = {

@@ -23,12 +23,12 @@ def run_all(
     fn: Callable[[T], R], items: Sequence[T], jobs: int | None, scheduler: str | None
 ) -> Iterator[tuple[int, R]]:
     """(index, fn(item)) for every item, as each finishes: on a dask scheduler, else in
-    `jobs` worker processes (default: all cores; 1: here, one at a time). `fn` must be a
-    module-level function and the items picklable."""
+    `jobs` worker processes (default: every core this process may run on; 1: here, one at
+    a time). `fn` must be a module-level function and the items picklable."""
     if scheduler:
         yield from _run_dask(fn, items, scheduler)
         return
-    workers = min(jobs or os.cpu_count() or 1, len(items))
+    workers = min(jobs or len(os.sched_getaffinity(0)), len(items))
     if workers <= 1:
         for i, item in enumerate(items):
             yield i, fn(item)

@@ -625,3 +625,71 @@ def test_utf8_and_utf16_byte_order_marks_are_read(tmp_path: Path) -> None:
     odd = tmp_path / "odd.json"  # UTF-16 cut off after half a code unit
     odd.write_bytes(codecs.BOM_UTF16_LE + data.decode().encode("utf-16-le")[:-1])
     assert read(odd).meta.quality.truncated
+
+
+def _parallel_cases() -> list[Path]:
+    """Real traces whose optional fields show up after their first blocks: memory events,
+    collectives, Python stacks, text ids (ROCm)."""
+    from tests.conftest import SAMPLES
+
+    gpu = Path(__file__).resolve().parents[1] / "data" / "gpu"
+    cases = [
+        gpu / "leak.json.gz",
+        gpu / "grad_scaler_fp16.json.gz",
+        SAMPLES / "sampled_2rank" / "sampled_rank-1.json.gz",
+        SAMPLES / "train_bf16_healthy.json.gz",
+    ]
+    rocm = SAMPLES.parent.parent / "shared" / "traces" / "public" / "tracelens_rocm"
+    cases += sorted(rocm.glob("*.json.gz"))[:1]
+    return [c for c in cases if c.is_file()]
+
+
+@pytest.mark.parametrize("path", _parallel_cases(), ids=lambda p: p.name)
+def test_blocks_read_at_once_equal_blocks_read_in_turn(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Blocks rewritten, parsed and normalised on several threads at once (each with the
+    fields the file had shown when it was handed out, parsed again where an earlier block
+    showed more) give the events and counts of reading them one after the other, however
+    the file is cut into blocks."""
+    monkeypatch.setattr(chrome_trace, "BLOCK_BYTES", 64 << 10)  # fields show up block by block
+    got = {}
+    for workers in (1, 6):
+        monkeypatch.setattr(chrome_trace, "read_workers", lambda w=workers: w)
+        got[workers] = chrome_trace.read_file(path)
+    one, many = got[1], got[6]
+    assert len(one.frames) > 10
+    assert many.fields == one.fields
+    assert (many.dropped, many.notes, many.truncated) == (one.dropped, one.notes, one.truncated)
+    # more workers read smaller blocks (`block_bytes`): the same events, cut elsewhere
+    assert len(many.frames) > len(one.frames)
+    assert pl.concat(many.frames).equals(pl.concat(one.frames))
+
+
+def test_gzip_is_inflated_ahead_and_the_thread_ends_with_the_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gzip file is decompressed on a thread of its own, a few chunks ahead; the bytes are
+    the file's, in order, and closing the source early ends the thread."""
+    import random
+
+    from traceanalyzer.readers.base import ByteSource
+
+    rng = random.Random(0)
+    data = b"".join(b'{"i": %d, "pad": "%x"}\n' % (i, rng.getrandbits(256)) for i in range(100_000))
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(data, compresslevel=1))
+    with ByteSource(path) as src:
+        out = bytearray()
+        buf = bytearray(1 << 20)
+        while got := src.readinto(memoryview(buf)):
+            out += buf[:got]
+        assert src._thread is not None
+    assert bytes(out) == data and not src.truncated
+    assert len(path.read_bytes()) > 3 << 20  # several chunks of 1 MB
+    monkeypatch.setattr(ByteSource, "AHEAD", 1)  # the thread waits on a full queue
+    with ByteSource(path) as early:
+        early.readinto(memoryview(bytearray(10)))
+        thread = early._thread
+        assert thread is not None and thread.is_alive()
+    assert not thread.is_alive()

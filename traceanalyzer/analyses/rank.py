@@ -17,6 +17,7 @@ import dataclasses
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 import polars as pl
 
@@ -307,47 +308,82 @@ def _reduce(
         .with_columns(pl.col(causes).fill_null(0))
     )
     in_windows = w.kernels
-    small_count, small_ns = kernels.small_totals(in_windows)
-    segs = host_phases.segments(timeline, w.markers).collect().lazy()  # phases, kernels by phase
+    gpus = timeline.meta.devices
+
+    def phases() -> tuple[pl.DataFrame, pl.DataFrame]:
+        segs = host_phases.segments(timeline, w.markers).collect().lazy()  # kernels by phase
+        return host_phases.host_phases(timeline, w.markers, segs), host_phases.kernel_phases(
+            segs, w.linked
+        )
+
+    def one_time() -> tuple[pl.DataFrame, pl.DataFrame]:
+        calls = startup.one_time_calls(timeline, w.wins, w.gaps)
+        return calls, startup.idle_per_device(calls, w.gaps)
+
+    comm = in_windows.filter(pl.col("is_comm"))
+    done = concurrently(
+        {
+            "small": lambda: kernels.small_totals(in_windows),
+            "gaps": lambda: w.gaps if all_gaps else idle.read_gaps(w.gaps),
+            "gap_histogram": lambda: idle.gap_histogram(w.gaps),
+            "kernel_histogram": lambda: kernels.duration_histogram(in_windows),
+            "launch_size_histogram": lambda: kernels.launch_size_histogram(in_windows),
+            "kernel_names": lambda: kernels.name_totals(in_windows),
+            "kernel_classes": lambda: kernels.class_totals(in_windows),
+            "comm": lambda: collectives.with_sm_share(comm, gpus).select(COMM_COLUMNS),
+            "comm_compute": lambda: collectives.compute_near_comm(in_windows),
+            "host_blocked": lambda: imbalance.host_blocked(w.linked, w.syncs, _host_ranges(w)),
+            "phases": phases,
+            "op_flops": lambda: flops.op_flops(timeline, in_windows),
+            "attention": lambda: attention.unfused_attention(timeline, in_windows),
+            "memory_model": lambda: fusion.memory_bound_model(timeline, in_windows, gpus),
+            "startup": one_time,
+            "timeline_bins": lambda: idle.timeline_bins(w.gaps, w.wins),
+            "bandwidth": lambda: bandwidth.memory_bound_bandwidth(timeline, in_windows, gpus),
+            "matmul_shapes": lambda: shapes.matmul_shapes(timeline, in_windows),
+            "memory_peaks": lambda: memory.step_peaks(timeline, w.markers),
+            "non_tc_gemms": lambda: gemm_units.non_tensor_core_gemms(in_windows),
+            "early_starts": lambda: clock.early_starts(timeline, work=w.linked),
+            "step_like": lambda: _step_like(timeline, found == 0),
+            "facts": lambda: context.facts(timeline),
+        }
+    )
+    small_count, small_ns = done["small"]
     frames = {
         "windows": w.wins,
         "devices": dev,
         "steps": step_rows,
-        "gaps": w.gaps if all_gaps else idle.read_gaps(w.gaps),
-        "gap_histogram": idle.gap_histogram(w.gaps),
+        "gaps": done["gaps"],
+        "gap_histogram": done["gap_histogram"],
         "sync_calls": r["sync_calls"],
         "steps_per_rank": r["steps_per_rank"],
         "step_hosts": r["step_hosts"],
         "collectives": r["collectives"],
         "copies": r["copies"],
         "outside_window": r["outside_window"],
-        "kernel_histogram": kernels.duration_histogram(in_windows),
-        "launch_size_histogram": kernels.launch_size_histogram(in_windows),
-        "kernel_names": kernels.name_totals(in_windows),
-        "kernel_classes": kernels.class_totals(in_windows),
-        "comm": collectives.with_sm_share(
-            in_windows.filter(pl.col("is_comm")), timeline.meta.devices
-        ).select(COMM_COLUMNS),
-        "comm_compute": collectives.compute_near_comm(in_windows),
-        "host_blocked": imbalance.host_blocked(w.linked, w.syncs, _host_ranges(w)),
-        "host_phases": host_phases.host_phases(timeline, w.markers, segs),
-        "kernel_phases": host_phases.kernel_phases(segs, w.linked),
-        "op_flops": flops.op_flops(timeline, in_windows),
-        "attention": attention.unfused_attention(timeline, in_windows),
-        "memory_model": (
-            mem := fusion.memory_bound_model(timeline, in_windows, timeline.meta.devices)
-        )[0],
-        "fusion_patterns": mem[1],
-        "startup": (one_time := startup.one_time_calls(timeline, w.wins, w.gaps)),
-        "startup_idle": startup.idle_per_device(one_time, w.gaps),
-        "timeline_bins": idle.timeline_bins(w.gaps, w.wins),
-        "bandwidth": bandwidth.memory_bound_bandwidth(timeline, in_windows, timeline.meta.devices),
-        "matmul_shapes": shapes.matmul_shapes(timeline, in_windows),
-        "memory_peaks": memory.step_peaks(timeline, w.markers),
-        "non_tc_gemms": gemm_units.non_tensor_core_gemms(in_windows),
-        "early_starts": clock.early_starts(timeline, work=w.linked),
+        "kernel_histogram": done["kernel_histogram"],
+        "launch_size_histogram": done["launch_size_histogram"],
+        "kernel_names": done["kernel_names"],
+        "kernel_classes": done["kernel_classes"],
+        "comm": done["comm"],
+        "comm_compute": done["comm_compute"],
+        "host_blocked": done["host_blocked"],
+        "host_phases": done["phases"][0],
+        "kernel_phases": done["phases"][1],
+        "op_flops": done["op_flops"],
+        "attention": done["attention"],
+        "memory_model": done["memory_model"][0],
+        "fusion_patterns": done["memory_model"][1],
+        "startup": done["startup"][0],
+        "startup_idle": done["startup"][1],
+        "timeline_bins": done["timeline_bins"],
+        "bandwidth": done["bandwidth"],
+        "matmul_shapes": done["matmul_shapes"],
+        "memory_peaks": done["memory_peaks"],
+        "non_tc_gemms": done["non_tc_gemms"],
+        "early_starts": done["early_starts"],
         "warmup_steps": w.state.warmup_rows,
-        "step_like": _step_like(timeline, found == 0),
+        "step_like": done["step_like"],
     }
     ranks = timeline.events["rank"]
     return RankPart(
@@ -365,9 +401,27 @@ def _reduce(
         has_comm=w.has_comm,
         has_steps=w.steps.height > 0,
         by_steps=w.by_steps,
-        facts=context.facts(timeline),
+        facts=done["facts"],
         graph=graph,
     )
+
+
+def concurrently(tasks: dict[str, Callable[[], Any]]) -> dict[str, Any]:
+    """Each task's result by name, the tasks run on up to `ANALYSIS_THREADS` threads at once,
+    no more than polars' own threads (1 in a rank's worker process, where the processes are
+    the parallelism). Each is a polars plan or numpy work, which release the GIL: one after
+    the other, the small plans of a rank's results left most cores idle. The tasks are
+    independent reads of frozen frames: the results are those of running them in turn."""
+    workers = min(ANALYSIS_THREADS, pl.thread_pool_size(), len(tasks))
+    if workers <= 1:
+        return {name: task() for name, task in tasks.items()}
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="analyses") as pool:
+        futures = {name: pool.submit(task) for name, task in tasks.items()}
+        return {name: future.result() for name, future in futures.items()}
+
+
+#: The most analyses of one rank run at once (each holds its own intermediate frames).
+ANALYSIS_THREADS = 8
 
 
 def _host_ranges(w: Windowed) -> pl.LazyFrame:

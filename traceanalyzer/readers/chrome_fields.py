@@ -8,6 +8,7 @@ parsed only once the file shows them; `Parsed` is what the file has shown so far
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -145,7 +146,21 @@ _GPU_CATS = ["kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"]
 
 
 def parse_ndjson(ndjson: bytes, parsed: Parsed, exact: bool = True) -> pl.DataFrame:
-    """Parse NDJSON events with the fields this file has shown so far.
+    """`parse_block` with the fields `parsed` has shown so far; what the block shows more is
+    recorded in `parsed` (and so parsed in every later block of the file)."""
+    raw, fields, texts = parse_block(ndjson, parsed.fields, exact)
+    parsed.fields = fields
+    if texts:
+        parsed.dropped[TIMES_FROM_TEXT] += texts
+    return raw
+
+
+def parse_block(
+    ndjson: bytes, fields: Fields, exact: bool = True
+) -> tuple[pl.DataFrame, Fields, int]:
+    """Parse NDJSON events with the optional fields `fields` says the file has shown; the
+    rows, the fields shown once this block is read, and how many timestamps or durations it
+    wrote as JSON text (counted from the bytes: a number and a text read alike).
 
     Ids are parsed as numbers until the file shows text ids: a text id parsed as a number
     comes out null, so a duration event without pid/tid, or a GPU event with args but no
@@ -153,16 +168,17 @@ def parse_ndjson(ndjson: bytes, parsed: Parsed, exact: bool = True) -> pl.DataFr
     once the file shows a `[memory]` event, or an event whose name may carry collective
     fields (or has `distributedInfo`); args objects the splitter did not lift, once an event
     the model keeps shows none of the args fields (a Kineto event always has one: its
-    correlation or External id). Each time the block is parsed again with the new fields,
-    and so is every later block of the file. `exact`: the block may hold `tn` (the splitter
-    rewrote its timestamps).
+    correlation or External id). Each time the block is parsed again with the new fields
+    (and so is every later block of the file: the reader hands them on in file order).
+    `exact`: the block may hold `tn` (the splitter rewrote its timestamps). A pure function
+    of its arguments: blocks parse on several threads at once.
     """
-    raw = read_ndjson(ndjson, parsed.text_ids, parsed.skipped(exact), parsed.text_times)
-    while _shows_more(raw, parsed, ndjson):  # each pass turns on at least one more field group
-        raw = read_ndjson(ndjson, parsed.text_ids, parsed.skipped(exact), parsed.text_times)
-    if parsed.text_times:  # counted from the bytes: a number and a text read alike
-        parsed.dropped[TIMES_FROM_TEXT] += len(TEXT_TIME.findall(ndjson))
-    return raw
+    raw = read_ndjson(ndjson, fields.text_ids, fields.skipped(exact), fields.text_times)
+    while (more := _shows_more(raw, fields, ndjson)) != fields:  # each pass turns one more on
+        fields = more
+        raw = read_ndjson(ndjson, fields.text_ids, fields.skipped(exact), fields.text_times)
+    texts = len(TEXT_TIME.findall(ndjson)) if fields.text_times else 0
+    return raw, fields, texts
 
 
 #: Kineto events the model keeps, as the parser sees them before normalising.
@@ -172,11 +188,11 @@ _KEPT_EVENT = (pl.col("ph") == "X") & pl.col("cat").is_in(list(KIND_BY_CAT))
 _MEMORY_EVENT = (pl.col("ph") == "i") & (pl.col("name") == "[memory]")
 
 
-def _shows_more(raw: pl.DataFrame, parsed: Parsed, ndjson: bytes = b"") -> bool:
-    """Whether `raw` shows text ids, memory events, collectives or args objects not parsed
-    yet (and mark them in `parsed`)."""
+def _shows_more(raw: pl.DataFrame, fields: Fields, ndjson: bytes = b"") -> Fields:
+    """`fields` with what `raw` shows and was not parsed yet turned on: text ids, memory
+    events, collectives or args objects."""
     checks: dict[str, pl.Expr] = {}
-    if not parsed.text_ids:
+    if not fields.text_ids:
         checks["text_ids"] = (
             (pl.col("ph") == "X") & (pl.col("pid").is_null() | pl.col("tid").is_null())
             | pl.col("cat").is_in(_GPU_CATS)
@@ -185,37 +201,50 @@ def _shows_more(raw: pl.DataFrame, parsed: Parsed, ndjson: bytes = b"") -> bool:
             )
             & pl.col("stream").is_null()
         ).any()
-    if not parsed.memory:
+    if not fields.memory:
         # compared as a category, not cast per row
         checks["memory"] = _MEMORY_EVENT.any()
-    if not parsed.comm:
+    if not fields.comm:
         names = pl.col("name").unique().cast(pl.String)
         checks["comm"] = names.str.contains(_COMM_NAME).any()
-    if not parsed.text_times:
+    if not fields.text_times:
         # a kept event without ts or dur: written as text (checked against the bytes)
         checks["text_times"] = (
             _KEPT_EVENT
             & pl.col("tn").is_null()
             & (pl.col("ts").is_null() | pl.col("dur").is_null())
         ).any()
-    if not parsed.args:
+    if not fields.args:
         # an args object left in place leaves its event without any args field
-        skipped = parsed.skipped(exact=True)
-        read = [f for f in arg_fields(parsed.text_ids) if f not in skipped]
-        kept = (_KEPT_EVENT | _MEMORY_EVENT) if parsed.memory else _KEPT_EVENT
+        skipped = fields.skipped(exact=True)
+        read = [f for f in arg_fields(fields.text_ids) if f not in skipped]
+        kept = (_KEPT_EVENT | _MEMORY_EVENT) if fields.memory else _KEPT_EVENT
         checks["args"] = (kept & pl.all_horizontal(pl.col(f).is_null() for f in read)).any()
     if not checks or raw.height == 0:
-        return False
+        return fields
     seen = raw.select(**checks).row(0, named=True)
-    parsed.text_ids |= seen.get("text_ids", False)
-    parsed.memory |= seen.get("memory", False)
-    parsed.comm |= seen.get("comm", False)
-    parsed.args |= seen.get("args", False)
-    if seen.get("text_times", False) and TEXT_TIME.search(ndjson):
-        parsed.text_times = True
-    else:
+    if seen.get("text_times", False) and not TEXT_TIME.search(ndjson):
         seen["text_times"] = False
-    return any(seen.values())
+    return dataclasses.replace(fields, **{k: True for k, v in seen.items() if v})
+
+
+@dataclass(frozen=True, slots=True)
+class Fields:
+    """Which optional field groups a file has shown, and so are parsed (see `parse_block`)."""
+
+    text_ids: bool = False  # ids are written as text
+    memory: bool = False  # memory events seen: their fields are parsed
+    comm: bool = False  # collectives seen (or a distributed job): their fields are parsed
+    args: bool = False  # args objects not lifted seen: they are parsed
+    text_times: bool = False  # ts or dur written as JSON text
+
+    def skipped(self, exact: bool) -> frozenset[str]:
+        """The optional fields not parsed (yet) in a block; `exact`: it may hold `tn`."""
+        skip: tuple[str, ...] = () if exact else ("tn",)
+        skip += () if self.memory else MEMORY_FIELDS
+        skip += () if self.comm else COMM_FIELDS
+        skip += () if self.args else ("args",)
+        return frozenset(skip)
 
 
 @dataclass
@@ -228,19 +257,8 @@ class Parsed:
     dropped: Counter[str] = field(default_factory=Counter)
     truncated: bool = False
     notes: list[str] = field(default_factory=list)
-    text_ids: bool = False  # ids are written as text: see parse_ndjson
-    memory: bool = False  # memory events seen: their fields are parsed
-    comm: bool = False  # collectives seen (or a distributed job): their fields are parsed
-    args: bool = False  # args objects not lifted seen: they are parsed
-    text_times: bool = False  # ts or dur written as JSON text: see parse_ndjson
-
-    def skipped(self, exact: bool) -> frozenset[str]:
-        """The optional fields not parsed (yet) in a block; `exact`: it may hold `tn`."""
-        skip: tuple[str, ...] = () if exact else ("tn",)
-        skip += () if self.memory else MEMORY_FIELDS
-        skip += () if self.comm else COMM_FIELDS
-        skip += () if self.args else ("args",)
-        return frozenset(skip)
+    #: The optional fields the file has shown so far (in file order: see `parse_block`).
+    fields: Fields = field(default_factory=Fields)
 
     @property
     def event_count(self) -> int:

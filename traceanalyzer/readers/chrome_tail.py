@@ -4,6 +4,7 @@ scanner; and the header keys before `traceEvents`."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from typing import Any
@@ -99,5 +100,6 @@ def _raw_from_dicts(events: list[Any], parsed: Parsed, exact: bool) -> pl.DataFr
     dicts = [e for e in events if isinstance(e, dict)]
     if not dicts:
         return pl.DataFrame(schema=raw_schema(text_ids=False)).drop("args")
-    parsed.args = True  # decoded events keep their args objects: parse them
+    # decoded events keep their args objects: parse them
+    parsed.fields = dataclasses.replace(parsed.fields, args=True)
     return parse_ndjson(b"\n".join(map(orjson.dumps, dicts)), parsed, exact)

@@ -7,6 +7,7 @@ loops run over a handful of columns or pattern bytes, never over events.
 from __future__ import annotations
 
 import re
+import threading
 from typing import Any
 
 import numpy as np
@@ -52,48 +53,72 @@ def find(arr: Bytes, pattern: bytes) -> Positions:
 
 
 class EventSplitter:
-    """Turns Kineto's indented JSON into NDJSON, one event per line, in place."""
+    """Turns Kineto's indented JSON into NDJSON, one event per line.
+
+    Two halves, so that blocks are rewritten on several threads at once: `cut` finds where
+    the whole events at the front of the buffer end (the last separator: a search back from
+    the end, a few hundred bytes), and `rewrite`, given a copy of those events, turns them
+    into NDJSON in place.
+    """
 
     def __init__(self) -> None:
         self.separator: bytes | None = None
-        self._mask = np.zeros(0, dtype=bool)
         #: Whether the last split rewrote timestamps to exact ns (`tn`, `exact_timestamps`).
         self.exact = False
 
-    def split_in_place(self, buf: bytearray, n: int) -> tuple[int, int] | None:
-        """Rewrite the whole events at the front of `buf[:n]` as NDJSON, args lifted.
-
-        Returns (end of the NDJSON, start of the rest), or None when `buf[:n]` holds no
-        separator (yet): the caller reads more, or hands the rest to the exact scanner.
-        """
+    def cut(self, buf: bytearray, n: int) -> tuple[int, int] | None:
+        """(end of the whole events at the front of `buf[:n]`, start of the rest), or None
+        when `buf[:n]` holds no separator (yet): the caller reads more, or hands the rest to
+        the structural splitter. The events end at the last separator's `}`; the rest starts
+        at its `{`."""
         if self.separator is None:
             match = _SEPARATOR.search(buf, 0, n)
             if match is None:
                 return None
             self.separator = match.group(0)
-        sep = self.separator
-        arr = np.frombuffer(buf, dtype=np.uint8, count=n)
-        if self._mask.size < n:
-            self._mask = np.zeros(max(n, 2 * self._mask.size), dtype=bool)
-        mask = self._mask[:n]
-        np.equal(arr, NEWLINE, out=mask)
-        newlines = np.flatnonzero(mask)
-        at = _separators(arr, newlines, sep)
-        if at.size == 0:
+        last = buf.rfind(self.separator, 0, n)
+        if last < 0:
             return None
-        last = int(at[-1])
-        out = arr[: last + 1]
-        newlines = newlines[newlines < last]
-        out[newlines] = SPACE  # fold each multi-line event onto one line
-        inner = at[:-1]
-        out[inner + 1] = SPACE  # the separating comma goes
-        out[inner + 2] = NEWLINE  # and the newline after it now ends one event
-        self.exact = needs_exact_timestamps(buf, last + 1)
-        if self.exact:
-            exact_timestamps(out)
-        lift_args(out, at, newlines)
-        merge_flows(out, at, len(sep))
-        return last + 1, last + len(sep) - 1
+        return last + 1, last + len(self.separator) - 1
+
+    def split_in_place(self, buf: bytearray, n: int) -> tuple[int, int] | None:
+        """Rewrite the whole events at the front of `buf[:n]` as NDJSON, args lifted (`cut`,
+        then `rewrite` in place); the same result as `cut`."""
+        cut = self.cut(buf, n)
+        if cut is not None:
+            assert self.separator is not None
+            self.exact = rewrite(buf, cut[1] + 1, self.separator)
+        return cut
+
+
+_scratch = threading.local()
+
+
+def rewrite(buf: bytearray, n: int, sep: bytes) -> bool:
+    """Rewrite the events of `buf[:n]`, which ends with the separator `sep` after its last
+    event, as NDJSON in place, args lifted and flows blanked; whether its timestamps were
+    rewritten to exact ns (`exact_timestamps`). The NDJSON is `buf` up to the `}` of that
+    last separator."""
+    arr = np.frombuffer(buf, dtype=np.uint8, count=n)
+    mask: np.ndarray[Any, np.dtype[np.bool_]] = getattr(_scratch, "mask", np.zeros(0, bool))
+    if mask.size < n:  # reused from block to block on each thread: fresh pages cost more
+        mask = _scratch.mask = np.zeros(max(n, 2 * mask.size), dtype=bool)
+    np.equal(arr, NEWLINE, out=mask[:n])
+    newlines = np.flatnonzero(mask[:n])
+    at = _separators(arr, newlines, sep)
+    last = int(at[-1])
+    out = arr[: last + 1]
+    newlines = newlines[newlines < last]
+    out[newlines] = SPACE  # fold each multi-line event onto one line
+    inner = at[:-1]
+    out[inner + 1] = SPACE  # the separating comma goes
+    out[inner + 2] = NEWLINE  # and the newline after it now ends one event
+    exact = needs_exact_timestamps(buf, last + 1)
+    if exact:
+        exact_timestamps(out)
+    lift_args(out, at, newlines)
+    merge_flows(out, at, len(sep))
+    return exact
 
 
 def _words(arr: Bytes) -> np.ndarray[Any, np.dtype[np.uint64]]:

@@ -16,7 +16,7 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.readers.chrome_normalise import KIND_BY_CAT, Frame
+from traceanalyzer.readers.chrome_normalise import CONV_OP_NAME, KIND_BY_CAT, Frame
 
 
 def arg_fields(text_ids: bool) -> dict[str, pl.DataType]:
@@ -25,9 +25,10 @@ def arg_fields(text_ids: bool) -> dict[str, pl.DataType]:
     Ids and places are numbers in current Kineto and are parsed as such (`text_ids=False`);
     some producers write them as text (`"tid": "stream 7"` in 2021, `"stream": "0x0"` on
     ROCm), and a block that does is parsed with them as text (`text_ids=True`). Memory
-    events, collectives and the 2021 key names (`external id`, `Input dims`) are among them.
-    Every field costs parse time in every event, present or not: the optional groups
-    (`MEMORY_FIELDS`, `COMM_FIELDS`) are left out until a file shows them (`parse_ndjson`).
+    events, collectives, convolutions' arguments and the 2021 key names (`external id`,
+    `Input dims`) are among them. Every field costs parse time in every event, present or
+    not: the optional groups (`MEMORY_FIELDS`, `COMM_FIELDS`, `CONV_FIELDS`) are left out
+    until a file shows them (`parse_ndjson`).
     """
     ident = pl.String() if text_ids else pl.Int64()
     return {
@@ -42,6 +43,9 @@ def arg_fields(text_ids: bool) -> dict[str, pl.DataType]:
         "shared memory": pl.Int64(),
         "Input Dims": pl.String(),
         "Input type": pl.String(),
+        # the scalar arguments of an operator (`["", "", "", "[2, 2]", ...]`), as JSON text:
+        # a convolution's stride, padding, dilation (see CONV_FIELDS)
+        "Concrete Inputs": pl.String(),
         "Total Allocated": pl.Int64(),
         "Device Id": pl.Int64(),
         "Device Type": pl.Int64(),
@@ -89,6 +93,12 @@ MEMORY_FIELDS = ("Total Allocated", "Device Id", "Device Type")
 
 
 COMM_FIELDS = ("Collective name", "In msg nelems", "dtype")
+
+
+#: The scalar arguments torch.profiler records with the shapes (torch 2.1 and later): the
+#: model keeps them for convolutions only (their stride, padding and dilation give the
+#: output's size, see analyses/flops.py), so they are parsed once a file shows one.
+CONV_FIELDS = ("Concrete Inputs",)
 
 
 #: Event names that may carry the collectives' fields (NCCL/RCCL/oneCCL kernels, c10d's
@@ -151,7 +161,8 @@ def parse_ndjson(ndjson: bytes, parsed: Parsed, exact: bool = True) -> pl.DataFr
     comes out null, so a duration event without pid/tid, or a GPU event with args but no
     stream, means this producer writes ids as text. Memory and collective fields are parsed
     once the file shows a `[memory]` event, or an event whose name may carry collective
-    fields (or has `distributedInfo`); args objects the splitter did not lift, once an event
+    fields (or has `distributedInfo`); `Concrete Inputs`, once it shows a convolution
+    operator (`CONV_OP_NAME`); args objects the splitter did not lift, once an event
     the model keeps shows none of the args fields (a Kineto event always has one: its
     correlation or External id). Each time the block is parsed again with the new fields,
     and so is every later block of the file. `exact`: the block may hold `tn` (the splitter
@@ -174,7 +185,7 @@ _MEMORY_EVENT = (pl.col("ph") == "i") & (pl.col("name") == "[memory]")
 
 def _shows_more(raw: pl.DataFrame, parsed: Parsed, ndjson: bytes = b"") -> bool:
     """Whether `raw` shows text ids, memory events, collectives or args objects not parsed
-    yet (and mark them in `parsed`)."""
+    yet, or convolution operators (and mark them in `parsed`)."""
     checks: dict[str, pl.Expr] = {}
     if not parsed.text_ids:
         checks["text_ids"] = (
@@ -188,9 +199,11 @@ def _shows_more(raw: pl.DataFrame, parsed: Parsed, ndjson: bytes = b"") -> bool:
     if not parsed.memory:
         # compared as a category, not cast per row
         checks["memory"] = _MEMORY_EVENT.any()
+    names = pl.col("name").unique().cast(pl.String)
     if not parsed.comm:
-        names = pl.col("name").unique().cast(pl.String)
         checks["comm"] = names.str.contains(_COMM_NAME).any()
+    if not parsed.conv:
+        checks["conv"] = names.str.contains(CONV_OP_NAME).any()
     if not parsed.text_times:
         # a kept event without ts or dur: written as text (checked against the bytes)
         checks["text_times"] = (
@@ -210,6 +223,7 @@ def _shows_more(raw: pl.DataFrame, parsed: Parsed, ndjson: bytes = b"") -> bool:
     parsed.text_ids |= seen.get("text_ids", False)
     parsed.memory |= seen.get("memory", False)
     parsed.comm |= seen.get("comm", False)
+    parsed.conv |= seen.get("conv", False)
     parsed.args |= seen.get("args", False)
     if seen.get("text_times", False) and TEXT_TIME.search(ndjson):
         parsed.text_times = True
@@ -231,6 +245,7 @@ class Parsed:
     text_ids: bool = False  # ids are written as text: see parse_ndjson
     memory: bool = False  # memory events seen: their fields are parsed
     comm: bool = False  # collectives seen (or a distributed job): their fields are parsed
+    conv: bool = False  # convolution operators seen: their Concrete Inputs are parsed
     args: bool = False  # args objects not lifted seen: they are parsed
     text_times: bool = False  # ts or dur written as JSON text: see parse_ndjson
 
@@ -239,6 +254,7 @@ class Parsed:
         skip: tuple[str, ...] = () if exact else ("tn",)
         skip += () if self.memory else MEMORY_FIELDS
         skip += () if self.comm else COMM_FIELDS
+        skip += () if self.conv else CONV_FIELDS
         skip += () if self.args else ("args",)
         return frozenset(skip)
 

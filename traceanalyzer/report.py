@@ -660,6 +660,23 @@ def _outside_notes(outside: list[dict[str, Any]], metrics: Metrics) -> list[str]
     return notes
 
 
+def _flops_notes(metrics: Metrics) -> list[str]:
+    """One note where convolutions launched GEMM-class work whose FLOPs are unknown (the
+    trace records no Concrete Inputs: analyses/flops.py)."""
+    unknown = metrics.flops.unknown
+    if unknown.height == 0:
+        return []
+    names = ", ".join(sorted(set(unknown["op_name"].to_list())))
+    calls, kernel_ns = unknown.select(pl.col("calls", "kernel_ns").sum()).row(0)
+    return [
+        f"{calls} convolution call(s) ({names}; "
+        f"{kernel_ns / 1e6:.2f} ms of GEMM-class kernels) have unknown FLOPs: "
+        "the trace records no Concrete Inputs (stride, padding, dilation, which gradients a "
+        "backward computes; torch.profiler writes them with record_shapes=True from torch "
+        "2.1 on), so they are left out of FLOPs, achieved TFLOP/s and MFU"
+    ]
+
+
 def build_report(
     meta: TraceMeta,
     metrics: Metrics,
@@ -804,7 +821,7 @@ def build_report(
             "dropped_events": dict(sorted(q.dropped.items())),
             "dropped_gpu_events": q.dropped_gpu,
             "dropped_gpu_example": q.dropped_gpu_example,
-            "notes": [*q.notes, *_outside_notes(outside, metrics)],
+            "notes": [*q.notes, *_outside_notes(outside, metrics), *_flops_notes(metrics)],
             "outside_window": outside,
         },
         tool_version=tool_version,

@@ -387,6 +387,10 @@ CASES: list[tuple[str, str]] = [
         "gemm",
     ),
     ("ampere_gcgemm_64x64_nt", "gemm"),
+    # MIOpen's direct convolution (its reference kernels, gpu_reference_kernel/naive_conv.cpp),
+    # which it falls back to where no implicit-GEMM solver applies
+    ("naive_conv_ab_nonpacked_fwd_nchw_half_double_half", "gemm"),
+    ("naive_conv_ab_nonpacked_wrw_nhwc_ushort_double_ushort", "gemm"),
     (
         (
             "void cudnn::detail::implicit_convolve_sgemm<float, float, 128, 5, 5, 3, 3, 3, 1, "

@@ -144,11 +144,16 @@ def test_grouped_mm_flops(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(CORPUS is None, reason="TRACEANALYZER_CORPUS not set")
 def test_no_mfu_where_the_matrix_work_is_not_counted() -> None:
-    """ResNet-18 on an MI300X: its GEMM-class time is convolutions, which are not counted;
-    the counted fc layer holds 0.15 % of it: FLOPs given, MFU not (null, not 0.0002 %)."""
-    path = CORPUS / "public/tracelens_rocm/mi300__ddp_resnet18_no_pool__train_resnet18.json.gz"  # type: ignore[operator]
+    """ResNet-50 in torch 1.8's schema: its GEMM-class time is convolutions recorded without
+    Concrete Inputs (no stride, padding or dilation: their FLOPs are unknown); the counted
+    fc layer holds 0.1 % of it: FLOPs given, MFU not (null, not 0.0002 %), and a note
+    names the convolutions left out."""
+    path = CORPUS / "public/kineto/resnet50_v1_schema/worker0.pt.trace.json.gz"  # type: ignore[operator]
     rep = api.report(path)
     flops = [d["flops"] for d in rep.devices if d["flops"]]
     assert flops and all(f["coverage"] < 0.5 and f["mfu"] is None for f in flops)
     assert rep.verdict is not None and rep.verdict["mfu"] is None
     assert "MFU" not in rep.verdict["headline"]
+    (note,) = [n for n in rep.quality["notes"] if "convolution" in n]
+    for name in ("cudnn_convolution,", "cudnn_convolution_backward_input", "_backward_weight"):
+        assert name in note

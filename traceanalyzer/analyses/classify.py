@@ -218,9 +218,10 @@ CLASS_PATTERNS: tuple[KernelPattern, ...] = (
         "convolution",
         "gemm",
         r"convolution|convolve|conv[123]d|depthwise|fprop|dgrad|wgrad|winograd|fft2d"
-        r"|scudnn|hcudnn",
+        r"|scudnn|hcudnn|naive_conv",
         "convolution engines: implicit-GEMM, cuDNN `*_scudnn_*`, Winograd, FFT, "
-        "legacy `wgrad_alg0_engine`/`dgrad_engine`, depthwise",
+        "legacy `wgrad_alg0_engine`/`dgrad_engine`, depthwise, MIOpen's direct reference "
+        "kernels (`naive_conv_ab_nonpacked_fwd_nchw_half_double_half`)",
     ),
     KernelPattern(
         "copy",

@@ -17,11 +17,19 @@ FLOPs of one call, from its inputs' shapes (a multiply-add is two FLOPs):
   counts attention); backward (`..._backward`): 2.5 times that (five products of that size);
   Q is [B, H, T, D] for the cuDNN and `_scaled_dot_product_*` operators, [B, T, H, D] for
   the flash and efficient ones, the first input of a forward, the second of a backward.
+- convolutions (`aten::cudnn_convolution`, `aten::miopen_convolution`, `aten::convolution`,
+  ... : `_CONV_OPS`), 1-D to 3-D, x[N, C_in, ...] by w[C_out, C_in / groups, k...]:
+  2·N·prod(output positions)·prod(w), the output positions from stride, padding and
+  dilation in the event's Concrete Inputs; transposed (w[C_in, C_out / groups, k...]):
+  2·N·prod(input positions)·prod(w); `aten::convolution_backward`: the forward's FLOPs for
+  each of grad_input and grad_weight its output_mask asks for. Without Concrete Inputs
+  (torch before 2.1) a convolution's FLOPs are unknown: null, listed in `Flops.unknown`.
 
 Only the operator that launched the kernels counts (the one whose `External id` the launch
 carries: `aten::linear` that calls `aten::addmm` is counted once, as `addmm`), and only for
 GEMM-class kernels inside the windows. Bytes (for the roofline): each operand read once and
-the output written once (A, B and C of a product; Q, K, V and O of attention), at the
+the output written once (A, B and C of a product; Q, K, V and O of attention; a
+convolution's input, weight and output, the positions a kernel must touch only), at the
 operands' element size. Precision: the first matrix operand's dtype (`bf16`, `fp16`,
 `fp8`), `fp32` inputs as `tf32` where their kernels run on Tensor Cores, else `fp32`.
 """
@@ -37,7 +45,7 @@ import polars as pl
 from traceanalyzer.analyses.bandwidth import peak_bandwidth_gbps
 from traceanalyzer.analyses.operators import launch_ops, shaped_ops
 from traceanalyzer.analyses.windows import DEVICE_KEY
-from traceanalyzer.model import DeviceInfo, Timeline
+from traceanalyzer.model import DeviceInfo, Kind, Timeline
 
 #: Dense (no sparsity) peak TFLOP/s per precision, by device-name pattern; first match wins.
 #: From the vendors' datasheets (docs/flops.md lists each): the sparse figures halved.
@@ -100,7 +108,53 @@ _ATTENTION_OPS = {
     "aten::_flash_attention_backward": (1, "bthd", 2.5),
     "aten::_efficient_attention_backward": (1, "bthd", 2.5),
 }
-FLOP_OPS = [*_GEMM_OPS, *_ATTENTION_OPS]
+#: Convolution operators, forward: the places among their inputs of (input, weight, stride,
+#: padding, dilation, transposed, output_padding, groups); `NO` where the operator has no
+#: such argument (not transposed, no output padding, one group), `YES` where it is
+#: transposed by name.
+#: From ATen's native_functions.yaml; stride, padding and dilation are read from the
+#: event's `Concrete Inputs` (`["", "", "", "[2, 2]", "[3, 3]", "[1, 1]", "False", ...]`).
+NO, YES = -1, -2
+_CONV_OPS: dict[str, tuple[int, int, int, int, int, int, int, int]] = {
+    # (input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+    "aten::convolution": (0, 1, 3, 4, 5, 6, 7, 8),
+    "aten::_convolution": (0, 1, 3, 4, 5, 6, 7, 8),
+    # (self, weight, padding, stride, dilation, groups, ...)
+    "aten::cudnn_convolution": (0, 1, 3, 2, 4, NO, NO, 5),
+    # (self, weight, padding, output_padding, stride, dilation, groups, ...)
+    "aten::cudnn_convolution_transpose": (0, 1, 4, 2, 5, YES, 3, 6),
+    # (self, weight, bias, padding, stride, dilation, groups, ...)
+    "aten::miopen_convolution": (0, 1, 4, 3, 5, NO, NO, 6),
+    "aten::miopen_depthwise_convolution": (0, 1, 4, 3, 5, NO, NO, 6),
+    # (self, weight, bias, padding, output_padding, stride, dilation, groups, ...)
+    "aten::miopen_convolution_transpose": (0, 1, 5, 3, 6, YES, 4, 7),
+    # (self, weight, kernel_size, bias, stride, padding, dilation): never transposed
+    "aten::_conv_depthwise2d": (0, 1, 4, 5, 6, NO, NO, NO),
+    "aten::conv_depthwise3d": (0, 1, 4, 5, 6, NO, NO, NO),
+}
+#: The backward of every convolution (torch 1.11 and later):
+#: (grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed,
+#: output_padding, groups, output_mask): grad_input where output_mask[0], grad_weight where
+#: output_mask[1] (grad_bias, a reduction, is not counted).
+CONV_BACKWARD = "aten::convolution_backward"
+_CONV_BACKWARD_AT = {"transposed": 7, "mask": 10}
+#: The backward operators of torch 1.10 and before, which predate Concrete Inputs (torch
+#: 2.1): their FLOPs are unknown (a weight gradient's operator records no weight shape).
+_LEGACY_CONV_BACKWARD = [
+    f"aten::{lib}_convolution{kind}_backward{part}"
+    for lib in ("cudnn", "miopen")
+    for kind in ("", "_transpose")
+    for part in ("", "_input", "_weight")
+] + [
+    "aten::miopen_depthwise_convolution_backward_input",
+    "aten::miopen_depthwise_convolution_backward_weight",
+]
+CONV_OPS = [*_CONV_OPS, CONV_BACKWARD, *_LEGACY_CONV_BACKWARD]
+FLOP_OPS = [*_GEMM_OPS, *_ATTENTION_OPS, *CONV_OPS]
+#: The most spatial dimensions of a convolution (3-D).
+_SPATIAL = 3
+#: The list arguments of `_CONV_OPS`' tuples read from Concrete Inputs, by place in them.
+_CONV_PARAMS = {"stride": 2, "padding": 3, "dilation": 4, "output_padding": 6, "groups": 7}
 
 
 def peak_tflops(device_name: str | None) -> dict[str, float] | None:
@@ -186,14 +240,192 @@ def _attention_columns() -> dict[str, pl.Expr]:
     }
 
 
+def _at(k: int) -> pl.Expr:
+    """The place of argument `k` of `_CONV_OPS`' tuples for each row's operator (null for
+    the backward; NO or YES where the operator has no such argument)."""
+    return pl.col("op_name").replace_strict(
+        {op: spec[k] for op, spec in _CONV_OPS.items()}, default=None, return_dtype=pl.Int64
+    )
+
+
+def _values(at: pl.Expr) -> pl.Expr:
+    """The integers of the Concrete Inputs' argument at `at` (`"[2, 2]"`, `"1"`)."""
+    text = pl.col("args").list.get(at, null_on_oob=True)
+    return text.str.extract_all(r"-?\d+").cast(pl.List(pl.Int64))
+
+
+def _spatial_value(values: str, at: pl.Expr, i: int, default: int) -> pl.Expr:
+    """The `i`-th spatial value of a list argument (a one-element list applies to every
+    dimension); `default` where the operator has no such argument."""
+    v = pl.col(values)
+    last = v.list.len().cast(pl.Int64) - 1
+    got = v.list.get(pl.min_horizontal(last, i), null_on_oob=True)
+    return pl.when(at < 0).then(pl.lit(default, pl.Int64)).otherwise(got)
+
+
+def _conv_stages() -> list[dict[str, pl.Expr]]:
+    """flops, elems and shape of a convolution, forward or backward (see the module
+    docstring); null where its Concrete Inputs are not recorded. Columns added in stages,
+    each expression small (one expression tree of all would take polars a third of a
+    second to plan, on any trace)."""
+    name, d = pl.col("op_name"), pl.col("dims")
+    backward = pl.col("_backward")
+    x, w, grad_out = pl.col("_x"), pl.col("_w"), pl.col("_grad_out")
+    transposed, spatial = pl.col("_transposed"), pl.col("_spatial")
+    at_t = _at(5)
+    first = {
+        "_backward": name == CONV_BACKWARD,
+        # the backward's grad_output has the forward's output size, its input the forward's
+        "_x": pl.when(name == CONV_BACKWARD)
+        .then(d.list.get(1, null_on_oob=True))
+        .otherwise(d.list.get(_at(0), null_on_oob=True)),
+        "_w": pl.when(name == CONV_BACKWARD)
+        .then(d.list.get(2, null_on_oob=True))
+        .otherwise(d.list.get(_at(1), null_on_oob=True)),
+        "_grad_out": d.list.get(0, null_on_oob=True),
+        "_transposed": pl.when(name == CONV_BACKWARD)
+        .then(pl.col("args").list.get(_CONV_BACKWARD_AT["transposed"], null_on_oob=True))
+        .when(at_t == YES)
+        .then(pl.lit("True"))
+        .when(at_t == NO)
+        .then(pl.lit("False"))
+        .otherwise(pl.col("args").list.get(at_t, null_on_oob=True))
+        .str.to_lowercase()
+        .replace_strict({"true": True, "false": False}, default=None, return_dtype=pl.Boolean),
+        "_mask": pl.col("args")
+        .list.get(_CONV_BACKWARD_AT["mask"], null_on_oob=True)
+        .str.extract_all(r"True|False"),
+        **{f"_{k}": _values(_at(i)) for k, i in _CONV_PARAMS.items()},
+    }
+    second: dict[str, pl.Expr] = {
+        "_spatial": w.list.len().cast(pl.Int64) - 2,
+        "_n": x.list.get(0, null_on_oob=True),
+        "_c_in": x.list.get(1, null_on_oob=True),
+        # channels of the output: C_out of the weight, C_out / groups x groups of a
+        # transposed one
+        "_c_out": pl.when(backward)
+        .then(grad_out.list.get(1, null_on_oob=True))
+        .when(transposed)
+        .then(w.list.get(1, null_on_oob=True) * _spatial_value("_groups", _at(7), 0, 1))
+        .otherwise(w.list.get(0, null_on_oob=True)),
+        "_weight": w.list.eval(pl.element().cast(pl.Float64).product()).list.first(),
+        "_passes": pl.when(backward)
+        .then(
+            (pl.col("_mask").list.get(0, null_on_oob=True) == "True").cast(pl.Float64)
+            + (pl.col("_mask").list.get(1, null_on_oob=True) == "True").cast(pl.Float64)
+        )
+        .otherwise(1.0),
+    }
+    per_dim: dict[str, pl.Expr] = {}
+    for i in range(_SPATIAL):
+        size = x.list.get(2 + i, null_on_oob=True)
+        k = w.list.get(2 + i, null_on_oob=True)
+        stride = _spatial_value("_stride", _at(2), i, 1)
+        pad = _spatial_value("_padding", _at(3), i, 0)
+        span = _spatial_value("_dilation", _at(4), i, 1) * (k - 1)
+        out = (
+            pl.when(backward)
+            .then(grad_out.list.get(2 + i, null_on_oob=True))
+            .when(transposed)
+            .then(
+                (size - 1) * stride
+                - 2 * pad
+                + span
+                + _spatial_value("_output_padding", _at(6), i, 0)
+                + 1
+            )
+            .otherwise((size + 2 * pad - span - 1) // stride + 1)
+        )
+        inside = pl.lit(i) < spatial
+        per_dim[f"_out{i}"] = pl.when(inside).then(out)
+        per_dim[f"_in{i}"] = pl.when(inside).then(size)
+        per_dim[f"_k{i}"] = pl.when(inside).then(k)
+
+    def product(prefix: str) -> pl.Expr:
+        p0, p1, p2 = (pl.col(f"{prefix}{i}").cast(pl.Float64).fill_null(1.0) for i in range(3))
+        return p0 * p1 * p2
+
+    # the positions a kernel must touch: a stride above the kernel's size skips input
+    # positions (a transposed one leaves output positions out)
+    touched = {
+        **{
+            f"_in_touched{i}": pl.min_horizontal(
+                pl.col(f"_in{i}"), pl.col(f"_out{i}") * pl.col(f"_k{i}")
+            )
+            for i in range(_SPATIAL)
+        },
+        **{
+            f"_out_touched{i}": pl.min_horizontal(
+                pl.col(f"_out{i}"), pl.col(f"_in{i}") * pl.col(f"_k{i}")
+            )
+            for i in range(_SPATIAL)
+        },
+    }
+    n = pl.col("_n").cast(pl.Float64)
+    # one multiply-add per weight element and per output position (input position, for a
+    # transposed convolution, whose weight is [C_in, C_out / groups, k...])
+    positions = pl.when(transposed).then(product("_in")).otherwise(product("_out"))
+    ok = (
+        (x.list.len() == w.list.len())
+        & spatial.is_between(1, _SPATIAL)
+        & pl.col("args").is_not_null()
+        & transposed.is_not_null()
+    )
+    inputs = n * pl.col("_c_in").cast(pl.Float64) * product("_in_touched")
+    outputs = n * pl.col("_c_out").cast(pl.Float64) * product("_out_touched")
+    last = {
+        "flops": pl.when(ok).then(2 * n * positions * pl.col("_weight") * pl.col("_passes")),
+        # input, weight and output each read or written once per pass, the positions a
+        # kernel must touch only
+        "elems": pl.when(ok).then((inputs + pl.col("_weight") + outputs) * pl.col("_passes")),
+        # `x64x3x224x224 w64x3x7x7 o112x112`: input, weight, output positions
+        "shape": pl.format(
+            "x{} w{} {}{}",
+            x.cast(pl.List(pl.String)).list.join("x"),
+            w.cast(pl.List(pl.String)).list.join("x"),
+            pl.when(transposed).then(pl.lit("transposed o")).otherwise(pl.lit("o")),
+            pl.concat_str(
+                [pl.col(f"_out{i}").cast(pl.String) for i in range(_SPATIAL)],
+                separator="x",
+                ignore_nulls=True,
+            ),
+        ),
+    }
+    return [first, second, per_dim, touched, last]
+
+
+def _conv_ops(events: pl.LazyFrame) -> pl.LazyFrame:
+    """The convolution operators of `events` with recorded shapes, as `shaped_ops` gives
+    them plus args (their Concrete Inputs, a list of texts; null where not recorded): a few
+    per layer and step, decoded row by row."""
+    return events.filter(
+        (pl.col("kind") == Kind.CPU_OP.value)
+        & pl.col("name").is_in(CONV_OPS)
+        & pl.col("input_dims").is_not_null()
+        & pl.col("external_id").is_not_null()
+    ).select(
+        "rank",
+        "external_id",
+        op_start="start_ns",
+        op_end="end_ns",
+        op_name=pl.col("name").cast(pl.String),
+        dims=pl.col("input_dims").str.json_decode(pl.List(pl.List(pl.Int64))),
+        types=pl.col("input_types").str.json_decode(pl.List(pl.String)),
+        args=pl.col("concrete_inputs").str.json_decode(pl.List(pl.String)),
+    )
+
+
 def op_flops(timeline: Timeline, kernels: pl.DataFrame) -> pl.DataFrame:
     """Per (rank, device, step, op_name, precision, shape) of the operators in FLOP_OPS that
     launched GEMM-class kernels inside the windows: calls, flops, bytes, kernel_ns (their
     kernels' time inside the windows). No rows without recorded shapes.
 
     `kernels`: kernels inside the windows with kernel_class, verdict, clipped_ns and step."""
-    ops = (
-        shaped_ops(timeline.events.lazy().filter(pl.col("name").is_in(FLOP_OPS)))
+    # the few operators of these names, once: products and convolutions are read from them
+    named = timeline.events.filter(pl.col("name").is_in(FLOP_OPS)).lazy()
+    columns = ["rank", "external_id", "op_start", "op_end", "op_name"]
+    products = (
+        shaped_ops(named.filter(~pl.col("name").is_in(CONV_OPS)))
         .with_columns(
             gemm=pl.col("op_name").is_in(list(_GEMM_OPS)),
         )
@@ -227,18 +459,24 @@ def op_flops(timeline: Timeline, kernels: pl.DataFrame) -> pl.DataFrame:
             ),
         )
         .filter(pl.col("flops").is_not_null() & (pl.col("flops") > 0))
-        .select(
-            "rank",
-            "external_id",
-            "op_start",
-            "op_end",
-            "op_name",
-            "flops",
-            "elems",
-            "shape",
-            "dtype",
-        )
+        .select(*columns, "flops", "elems", "shape", "dtype")
     )
+    ops = products
+    convs = _conv_ops(named).collect()
+    if convs.height:
+        # a convolution whose FLOPs are unknown (no Concrete Inputs) is kept, with null
+        # FLOPs: its calls and kernel time are told apart (`unknown` in device_flops)
+        conv_flops = convs.lazy()
+        for stage in _conv_stages():
+            conv_flops = conv_flops.with_columns(**stage)
+        ops = pl.concat(
+            [
+                products,
+                conv_flops.with_columns(dtype=pl.col("types").list.get(0, null_on_oob=True))
+                .filter(pl.col("flops").is_null() | (pl.col("flops") > 0))
+                .select(*columns, "flops", "elems", "shape", "dtype"),
+            ]
+        )
     per_call = (
         kernels.lazy()
         .filter(pl.col("kernel_class").cast(pl.String) == "gemm")
@@ -271,8 +509,9 @@ def op_flops(timeline: Timeline, kernels: pl.DataFrame) -> pl.DataFrame:
         .group_by(*DEVICE_KEY, "step", "op_name", "precision", "shape")
         .agg(
             calls=pl.len().cast(pl.Int64),
-            flops=pl.col("flops").sum(),
-            bytes=pl.col("bytes").sum(),
+            # null for convolutions whose FLOPs are unknown (no Concrete Inputs)
+            flops=pl.when(pl.col("flops").null_count() == 0).then(pl.col("flops").sum()),
+            bytes=pl.when(pl.col("bytes").null_count() == 0).then(pl.col("bytes").sum()),
             kernel_ns=pl.col("kernel_ns").sum(),
         )
         .sort(*DEVICE_KEY, "step", "op_name", "precision", "shape", nulls_last=True)
@@ -295,10 +534,15 @@ class Flops:
     - `roofline`: per (rank, device, op_name, precision, shape): calls, flops, bytes,
       kernel_ns, intensity (FLOPs per byte), achieved_tflops, roof_tflops (min(peak,
       intensity x peak bandwidth)), share_of_roof; most kernel time first.
+    - `unknown`: per (rank, device, op_name): calls and kernel_ns (in the steady steps) of
+      the convolutions that launched GEMM-class kernels but whose FLOPs are unknown (the
+      trace records no `Concrete Inputs`: their stride, padding, dilation, which gradients
+      a backward computes); they are in no figure above. Empty where there are none.
     """
 
     devices: pl.DataFrame
     roofline: pl.DataFrame
+    unknown: pl.DataFrame
 
 
 #: MFU is given only where the counted operators' kernels hold at least this share of the
@@ -328,6 +572,13 @@ def device_flops(
             *DEVICE_KEY, steps=pl.lit(1, pl.Int64), span_ns=pl.col("end_ns") - pl.col("start_ns")
         )
         counted = ops
+    unknown = (
+        counted.filter(pl.col("flops").is_null())
+        .group_by(*DEVICE_KEY, "op_name")
+        .agg(pl.col("calls", "kernel_ns").sum())
+        .sort(*DEVICE_KEY, "op_name")
+    )
+    counted = counted.filter(pl.col("flops").is_not_null())
     by_precision = counted.group_by(*DEVICE_KEY, "precision").agg(pl.col("flops").sum())
     top = (
         by_precision.sort("flops", "precision", descending=[True, False])
@@ -413,4 +664,4 @@ def device_flops(
             descending=[True, False, False, False, False],
         )
     )
-    return Flops(devices=dev, roofline=roofline)
+    return Flops(devices=dev, roofline=roofline, unknown=unknown)

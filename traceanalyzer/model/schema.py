@@ -67,6 +67,11 @@ COLUMNS: dict[str, tuple[pl.DataType, str]] = {
     "msg_dtype": (pl.Categorical(), "element type of a collective's message, where recorded"),
     "input_dims": (pl.String(), "recorded input shapes of a CPU operator, as JSON text"),
     "input_types": (pl.String(), "recorded input dtypes of a CPU operator, as JSON text"),
+    "concrete_inputs": (
+        pl.String(),
+        "recorded scalar arguments of a convolution operator (stride, padding, dilation, "
+        "...), as JSON text; null for every other event",
+    ),
 }
 
 EVENT_SCHEMA: pl.Schema = pl.Schema({name: dtype for name, (dtype, _doc) in COLUMNS.items()})

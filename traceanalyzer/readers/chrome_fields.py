@@ -17,7 +17,7 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.readers.chrome_normalise import KIND_BY_CAT, Frame
+from traceanalyzer.readers.chrome_normalise import CONV_OP_NAME, KIND_BY_CAT, Frame
 
 
 def arg_fields(text_ids: bool) -> dict[str, pl.DataType]:
@@ -26,9 +26,10 @@ def arg_fields(text_ids: bool) -> dict[str, pl.DataType]:
     Ids and places are numbers in current Kineto and are parsed as such (`text_ids=False`);
     some producers write them as text (`"tid": "stream 7"` in 2021, `"stream": "0x0"` on
     ROCm), and a block that does is parsed with them as text (`text_ids=True`). Memory
-    events, collectives and the 2021 key names (`external id`, `Input dims`) are among them.
-    Every field costs parse time in every event, present or not: the optional groups
-    (`MEMORY_FIELDS`, `COMM_FIELDS`) are left out until a file shows them (`parse_ndjson`).
+    events, collectives, convolutions' arguments and the 2021 key names (`external id`,
+    `Input dims`) are among them. Every field costs parse time in every event, present or
+    not: the optional groups (`MEMORY_FIELDS`, `COMM_FIELDS`, `CONV_FIELDS`) are left out
+    until a file shows them (`parse_ndjson`).
     """
     ident = pl.String() if text_ids else pl.Int64()
     return {
@@ -43,6 +44,9 @@ def arg_fields(text_ids: bool) -> dict[str, pl.DataType]:
         "shared memory": pl.Int64(),
         "Input Dims": pl.String(),
         "Input type": pl.String(),
+        # the scalar arguments of an operator (`["", "", "", "[2, 2]", ...]`), as JSON text:
+        # a convolution's stride, padding, dilation (see CONV_FIELDS)
+        "Concrete Inputs": pl.String(),
         "Total Allocated": pl.Int64(),
         "Device Id": pl.Int64(),
         "Device Type": pl.Int64(),
@@ -90,6 +94,12 @@ MEMORY_FIELDS = ("Total Allocated", "Device Id", "Device Type")
 
 
 COMM_FIELDS = ("Collective name", "In msg nelems", "dtype")
+
+
+#: The scalar arguments torch.profiler records with the shapes (torch 2.1 and later): the
+#: model keeps them for convolutions only (their stride, padding and dilation give the
+#: output's size, see analyses/flops.py), so they are parsed once a file shows one.
+CONV_FIELDS = ("Concrete Inputs",)
 
 
 #: Event names that may carry the collectives' fields (NCCL/RCCL/oneCCL kernels, c10d's
@@ -166,7 +176,8 @@ def parse_block(
     comes out null, so a duration event without pid/tid, or a GPU event with args but no
     stream, means this producer writes ids as text. Memory and collective fields are parsed
     once the file shows a `[memory]` event, or an event whose name may carry collective
-    fields (or has `distributedInfo`); args objects the splitter did not lift, once an event
+    fields (or has `distributedInfo`); `Concrete Inputs`, once it shows a convolution
+    operator (`CONV_OP_NAME`); args objects the splitter did not lift, once an event
     the model keeps shows none of the args fields (a Kineto event always has one: its
     correlation or External id). Each time the block is parsed again with the new fields
     (and so is every later block of the file: the reader hands them on in file order).
@@ -190,7 +201,7 @@ _MEMORY_EVENT = (pl.col("ph") == "i") & (pl.col("name") == "[memory]")
 
 def _shows_more(raw: pl.DataFrame, fields: Fields, ndjson: bytes = b"") -> Fields:
     """`fields` with what `raw` shows and was not parsed yet turned on: text ids, memory
-    events, collectives or args objects."""
+    events, collectives, convolution operators or args objects."""
     checks: dict[str, pl.Expr] = {}
     if not fields.text_ids:
         checks["text_ids"] = (
@@ -204,9 +215,11 @@ def _shows_more(raw: pl.DataFrame, fields: Fields, ndjson: bytes = b"") -> Field
     if not fields.memory:
         # compared as a category, not cast per row
         checks["memory"] = _MEMORY_EVENT.any()
+    names = pl.col("name").unique().cast(pl.String)
     if not fields.comm:
-        names = pl.col("name").unique().cast(pl.String)
         checks["comm"] = names.str.contains(_COMM_NAME).any()
+    if not fields.conv:
+        checks["conv"] = names.str.contains(CONV_OP_NAME).any()
     if not fields.text_times:
         # a kept event without ts or dur: written as text (checked against the bytes)
         checks["text_times"] = (
@@ -235,6 +248,7 @@ class Fields:
     text_ids: bool = False  # ids are written as text
     memory: bool = False  # memory events seen: their fields are parsed
     comm: bool = False  # collectives seen (or a distributed job): their fields are parsed
+    conv: bool = False  # convolution operators seen: their Concrete Inputs are parsed
     args: bool = False  # args objects not lifted seen: they are parsed
     text_times: bool = False  # ts or dur written as JSON text
 
@@ -243,6 +257,7 @@ class Fields:
         skip: tuple[str, ...] = () if exact else ("tn",)
         skip += () if self.memory else MEMORY_FIELDS
         skip += () if self.comm else COMM_FIELDS
+        skip += () if self.conv else CONV_FIELDS
         skip += () if self.args else ("args",)
         return frozenset(skip)
 

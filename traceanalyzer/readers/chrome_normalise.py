@@ -31,6 +31,12 @@ KIND_BY_CAT: dict[str, str] = {
 }
 
 
+#: Convolution operators (`aten::convolution`, `aten::cudnn_convolution`, `aten::conv2d`,
+#: `aten::convolution_backward`, `aten::_conv_depthwise2d`, ...): the operators whose
+#: `Concrete Inputs` (their stride, padding, dilation...) the model keeps.
+CONV_OP_NAME = r"^aten::\w*conv"
+
+
 #: Categories that Kineto always writes and the model does not need: not worth a count.
 IGNORED_CATS = frozenset({"trace", "overhead", "fwdbwd", "ac2g", "async", "async_cpu_to_gpu"})
 
@@ -138,6 +144,7 @@ def normalise(raw: pl.DataFrame) -> Frame:
         )
     )
     on_device = pl.col("kind").is_in(_DEVICE_KINDS)
+    concrete = _concrete_inputs(raw)
     frame, flags = pl.collect_all(
         [
             tagged.filter(
@@ -174,6 +181,7 @@ def normalise(raw: pl.DataFrame) -> Frame:
                 .otherwise(pl.col("bytes")),
                 input_dims=pl.coalesce(pl.col("Input Dims"), pl.col("Input dims")),
                 input_types=pl.col("Input type"),
+                concrete_inputs=concrete,
                 collective=pl.col("Collective name").cast(pl.Categorical),
                 msg_nelems=pl.col("In msg nelems"),
                 msg_dtype=pl.col("dtype").cast(pl.Categorical),
@@ -206,6 +214,18 @@ def normalise(raw: pl.DataFrame) -> Frame:
         for cat, n in cats.iter_rows():
             dropped[f"category {cat if cat is not None else '(none)'}"] += n
     return frame, dropped
+
+
+def _concrete_inputs(raw: pl.DataFrame) -> pl.Expr:
+    """The `Concrete Inputs` of the convolution operators (`CONV_OP_NAME`), null for every
+    other event: a block that parsed none (the field is parsed only in files that show a
+    convolution) costs nothing; the operators are found among the block's distinct names."""
+    column = raw.get_column("Concrete Inputs")
+    if column.null_count() == column.len():
+        return pl.lit(None, pl.String)
+    names = raw.get_column("name").unique().cast(pl.String)
+    conv = names.filter(names.str.contains(CONV_OP_NAME))
+    return pl.when(pl.col("name").is_in(conv.to_list())).then(pl.col("Concrete Inputs"))
 
 
 _COPY_NAME = r"^Memcpy (\w+) \((\w+) -> (\w+)\)$"

@@ -351,7 +351,8 @@ def _flops_lines(r: Report) -> list[str]:
         cov = min(d["flops"]["coverage"] for d in low if d["flops"])
         lines.append(
             f"  no MFU where the counted operators hold under half of the GEMM-class time (here"
-            f" down to {cov:.1%}): convolutions and custom kernels are not counted"
+            f" down to {cov:.1%}): custom kernels, and convolutions recorded without their"
+            " Concrete Inputs, are not counted"
         )
     if r.roofline:
         lines.append("  heaviest operators (achieved against the roof of their GPU and precision):")

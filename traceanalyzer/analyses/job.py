@@ -28,7 +28,7 @@ from traceanalyzer.analyses import (
 )
 from traceanalyzer.analyses.metrics import Metrics
 from traceanalyzer.analyses.rank import Flagged, Options, RankPart
-from traceanalyzer.analyses.windows import DEVICE_KEY
+from traceanalyzer.analyses.windows import DEVICE_KEY, step_counts
 from traceanalyzer.timings import stage
 
 Rerun = Callable[[list[int], Flagged, bool | None], list[RankPart]]
@@ -146,8 +146,11 @@ def _merge(
     slowest = balance.slowest if steps.height else None
     if slowest is None and rank_waits.height > 1:
         slowest = int(rank_waits.sort("wait_ns", "rank")["rank"][0])
+    by_steps = any(p.has_steps for p in parts)
+    counts = step_counts(steps, by_steps)
+    sync_sites = idle.sync_sites_summary(sync_calls, _concat(parts, "steps_per_rank"))
     return Metrics(
-        basis="steps" if any(p.has_steps for p in parts) else "trace",
+        basis="steps" if by_steps else "trace",
         windows=wins,
         devices=dev,
         steps=steps,
@@ -186,7 +189,7 @@ def _merge(
         balance=balance,
         copies=_concat(parts, "copies"),
         launch_gap_max_ns=opts.launch_gap_max_ns,
-        sync_sites=idle.sync_sites_summary(sync_calls, _concat(parts, "steps_per_rank")),
+        sync_sites=sync_sites,
         syncs_per_step=idle.syncs_per_step(sync_calls),
         slowest_rank=slowest,
         bandwidth=_longest_first(parts, "bandwidth", ["rank", "device", "op_name"]),
@@ -207,6 +210,9 @@ def _merge(
         warmup_steps=_concat(parts, "warmup_steps"),
         outside_window=_concat(parts, "outside_window"),
         facts=context.RunFacts.merge([p.facts for p in parts]),
+        step_counts=counts,
+        # the impact models: what each fix saves per steady step, and the most it can
+        sync_model=idle.sync_impact(gaps, dev, sync_sites, counts, opts.launch_gap_max_ns),
     )
 
 

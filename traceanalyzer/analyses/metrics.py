@@ -13,7 +13,9 @@ if TYPE_CHECKING:
     from traceanalyzer.analyses.collectives import CollectiveSplit
     from traceanalyzer.analyses.facts import RunFacts
     from traceanalyzer.analyses.flops import Flops
+    from traceanalyzer.analyses.idle import SyncImpact
     from traceanalyzer.analyses.imbalance import RankBalance
+    from traceanalyzer.analyses.windows import StepCounts
 
 #: The declared columns of every analysis result, in order: name -> dtype (`pl.Enum` stands
 #: for an Enum of any categories). `Metrics` checks its frames against them when it is built,
@@ -450,6 +452,11 @@ class Metrics:
       (steady.loop_periods), with the shortest and longest step.
     - `balance`: the ranks' own times per steady step, the slowest rank, why, and the price
       of the imbalance (analyses/imbalance.py).
+    - `step_counts`: how many steady steps each device's window holds (windows.StepCounts):
+      what the impact models divide by.
+    - The impact models: what fixing a finding saves per steady step (`impact_ns`) and the
+      most it can save (`ceiling_ns`), with the figures they are computed from, read by the
+      rules. `sync_model`: per rank, the GPU idle of the host syncs (idle.sync_impact).
     """
 
     basis: str
@@ -499,6 +506,8 @@ class Metrics:
     startup: pl.DataFrame
     startup_idle: pl.DataFrame
     periods: pl.DataFrame
+    step_counts: StepCounts
+    sync_model: tuple[SyncImpact, ...]
 
     def __post_init__(self) -> None:
         for f in fields(self):

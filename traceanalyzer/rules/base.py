@@ -186,16 +186,12 @@ class Context:
 
     def steps_on(self, rank: int, device: int) -> int:
         """How many steps the window of (rank, device) holds (without step markers, the
-        window counts as one step)."""
-        if self.metrics.basis == "trace":
-            return 1
-        s = self.metrics.steps
-        return s.filter((pl.col("rank") == rank) & (pl.col("device") == device)).height
+        window counts as one step): `Metrics.step_counts`."""
+        return self.metrics.step_counts.on(rank, device)
 
     def per_step(self, ns: int, rank: int, device: int) -> int | None:
         """`ns` spread over the steps of (rank, device); None without steps."""
-        n = self.steps_on(rank, device)
-        return ns // n if n else None
+        return self.metrics.step_counts.per_step(ns, rank, device)
 
     def devices(self) -> Iterable[dict[str, Any]]:
         """The per-device metrics rows."""

@@ -54,3 +54,81 @@ def test_sync_model_against_a_loop(name: str) -> None:
         assert got.rank_idle_ns == idle
         assert (got.impact_ns, got.ceiling_ns) == (bubble // n, idle // n)
         assert got.impact_ns <= got.ceiling_ns
+
+
+def test_pageable_model_against_a_loop() -> None:
+    m = _metrics("pageable_copies.json.gz")
+    sums: dict[tuple[int, int, str], list[int]] = {}
+    for c in m.copies.iter_rows(named=True):
+        if c["copy_kind"] == "HtoD":
+            key = (c["rank"], c["device"], c["src_memory"])
+            total = sums.setdefault(key, [0, 0, 0])
+            total[0] += c["count"]
+            total[1] += c["bytes"] or 0
+            total[2] += c["time_ns"] or 0
+    expected = []
+    for (rank, device, memory), (count, size, time) in sorted(sums.items()):
+        if memory != "pageable":
+            continue
+        _n, pinned_bytes, pinned_ns = sums.get((rank, device, "pinned"), [0, 0, 0])
+        gbps = 25.0  # PCIe 4.0 x16, unless the device's own pinned copies say otherwise
+        if pinned_bytes >= 1_000_000 and pinned_ns:
+            gbps = max(pinned_bytes / pinned_ns, 25.0 / 4)
+        excess = max(0, round(time - size / gbps))
+        expected.append(
+            (
+                (rank, device, count, size, time, gbps, excess),
+                (
+                    _per_device_step(m, excess, rank, device),
+                    _per_device_step(m, time, rank, device),
+                ),
+            )
+        )
+    got = [
+        (
+            (c.rank, c.device, c.count, c.bytes, c.time_ns, c.pinned_gbps, c.excess_ns),
+            (c.impact_ns, c.ceiling_ns),
+        )
+        for c in m.pageable_model
+    ]
+    assert got == expected and expected
+    assert all(0 < c.excess_ns <= c.time_ns for c in m.pageable_model)
+
+
+def _mean_by_rank(rows: list[dict], column: str, **match: object) -> dict[int, float]:
+    """The mean of `column` per rank over the rows that match."""
+    sums: dict[int, list[float]] = {}
+    for r in rows:
+        if all(r[k] == v for k, v in match.items()):
+            total = sums.setdefault(r["rank"], [0.0, 0.0])
+            total[0] += r[column]
+            total[1] += 1
+    return {rank: s / n for rank, (s, n) in sums.items()}
+
+
+@pytest.mark.parametrize("name", ["fp32_no_tc.json.gz", "tf32.json.gz"])
+def test_tensor_core_model_against_a_loop(name: str) -> None:
+    m = _metrics(name)
+    saved = _mean_by_rank(m.what_if.to_dicts(), "saved_ns", scenario="gemm_2x")
+    on_path = _mean_by_rank(m.critical_steps.to_dicts(), "gpu_gemm_ns")
+    got = {(d.rank, d.device): d for d in m.tensor_core_model}
+    assert len(got) == m.devices.height
+    off_somewhere = False
+    for d in m.devices.iter_rows(named=True):
+        rank, device = d["rank"], d["device"]
+        off = max(0, d["gemm_ns"] - (d["tc_ns"] or 0) - (d["unknown_ns"] or 0))
+        share = off / d["gemm_ns"] if d["gemm_ns"] else 0.0
+        if rank in saved and rank in on_path:  # the critical path's what-if, scaled
+            impact = round(
+                min(round(saved[rank]) * share * 2 / 3 / 0.5, on_path[rank] * share * 2 / 3)
+            )
+        else:
+            per_step = _per_device_step(m, off, rank, device)
+            impact = round(per_step * 2 / 3) if per_step is not None else None
+        model = got[rank, device]
+        assert (model.gemm_ns, model.non_tc_ns) == (d["gemm_ns"], off)
+        assert model.impact_ns == impact
+        assert model.ceiling_ns == _per_device_step(m, off, rank, device)
+        off_somewhere |= off > 0
+        assert model.impact_ns is None or 0 <= model.impact_ns <= (model.ceiling_ns or 0)
+    assert off_somewhere or name == "tf32.json.gz"

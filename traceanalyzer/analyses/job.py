@@ -17,8 +17,10 @@ import polars as pl
 from traceanalyzer.analyses import (
     collectives,
     context,
+    copies,
     critical_path,
     flops,
+    gemm_units,
     idle,
     imbalance,
     kernels,
@@ -148,6 +150,8 @@ def _merge(
         slowest = int(rank_waits.sort("wait_ns", "rank")["rank"][0])
     by_steps = any(p.has_steps for p in parts)
     counts = step_counts(steps, by_steps)
+    copied = _concat(parts, "copies")
+    savings = critical_path.mean_savings(paths.what_if)
     sync_sites = idle.sync_sites_summary(sync_calls, _concat(parts, "steps_per_rank"))
     return Metrics(
         basis="steps" if by_steps else "trace",
@@ -187,7 +191,7 @@ def _merge(
         periods=steady.loop_periods(_concat(parts, "step_hosts"), steps),
         startup_idle=_concat(parts, "startup_idle"),
         balance=balance,
-        copies=_concat(parts, "copies"),
+        copies=copied,
         launch_gap_max_ns=opts.launch_gap_max_ns,
         sync_sites=sync_sites,
         syncs_per_step=idle.syncs_per_step(sync_calls),
@@ -213,6 +217,8 @@ def _merge(
         step_counts=counts,
         # the impact models: what each fix saves per steady step, and the most it can
         sync_model=idle.sync_impact(gaps, dev, sync_sites, counts, opts.launch_gap_max_ns),
+        pageable_model=copies.pageable_impact(copied, counts),
+        tensor_core_model=gemm_units.tensor_core_impact(dev, paths.steps, savings, counts),
     )
 
 

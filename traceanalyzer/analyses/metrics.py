@@ -11,8 +11,10 @@ from traceanalyzer.analyses import fusion, startup, steady
 
 if TYPE_CHECKING:
     from traceanalyzer.analyses.collectives import CollectiveSplit
+    from traceanalyzer.analyses.copies import PageableImpact
     from traceanalyzer.analyses.facts import RunFacts
     from traceanalyzer.analyses.flops import Flops
+    from traceanalyzer.analyses.gemm_units import TensorCoreImpact
     from traceanalyzer.analyses.idle import SyncImpact
     from traceanalyzer.analyses.imbalance import RankBalance
     from traceanalyzer.analyses.windows import StepCounts
@@ -456,7 +458,10 @@ class Metrics:
       what the impact models divide by.
     - The impact models: what fixing a finding saves per steady step (`impact_ns`) and the
       most it can save (`ceiling_ns`), with the figures they are computed from, read by the
-      rules. `sync_model`: per rank, the GPU idle of the host syncs (idle.sync_impact).
+      rules. `sync_model`: per rank, the GPU idle of the host syncs (idle.sync_impact);
+      `pageable_model`: per device, what pinning its pageable host-to-device copies saves
+      (copies.pageable_impact); `tensor_core_model`: per device, what moving its GEMMs onto
+      the Tensor Cores saves (gemm_units.tensor_core_impact).
     """
 
     basis: str
@@ -508,6 +513,8 @@ class Metrics:
     periods: pl.DataFrame
     step_counts: StepCounts
     sync_model: tuple[SyncImpact, ...]
+    pageable_model: tuple[PageableImpact, ...]
+    tensor_core_model: tuple[TensorCoreImpact, ...]
 
     def __post_init__(self) -> None:
         for f in fields(self):

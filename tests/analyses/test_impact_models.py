@@ -132,3 +132,82 @@ def test_tensor_core_model_against_a_loop(name: str) -> None:
         off_somewhere |= off > 0
         assert model.impact_ns is None or 0 <= model.impact_ns <= (model.ceiling_ns or 0)
     assert off_somewhere or name == "tf32.json.gz"
+
+
+def test_shape_model_against_a_loop() -> None:
+    """odd_shapes: an H100 whose GEMMs are all misaligned: priced at 80 % of the bf16 peak."""
+    m = _metrics("odd_shapes.json.gz")
+    names = {(d.rank, d.device): d.name for d in read(GPU / "odd_shapes.json.gz").meta.devices}
+    got = {(d.rank, d.device): d for d in m.shape_model}
+    assert len(got) == m.devices.height
+    for d in m.devices.iter_rows(named=True):
+        rank, device = d["rank"], d["device"]
+        rows = [
+            s
+            for s in m.matmul_shapes.iter_rows(named=True)
+            if (s["rank"], s["device"]) == (rank, device)
+        ]
+        odd = [
+            s
+            for s in rows
+            if s["misaligned"] is not None and not (s["misaligned"] == "M" and s["m"] < s["align"])
+        ]
+        flop_ops = ("aten::mm", "aten::addmm", "aten::linear")
+        aligned = [
+            s
+            for s in rows
+            if s["misaligned"] is None
+            and s["align"] is not None
+            and s["op_name"] in flop_ops
+            and s["kernel_ns"] > 0
+        ]
+        assert not aligned  # every GEMM of this trace is misaligned: the GPU's peak prices it
+        assert "H100" in (names[rank, device] or "")
+        tput = 990e12 * 0.8
+        excess = sum(
+            max(0.0, s["kernel_ns"] - 2 * s["m"] * s["n"] * s["k"] * s["calls"] / tput * 1e9)
+            for s in odd
+            if s["op_name"] in flop_ops
+        )
+        model = got[rank, device]
+        assert model.misaligned.to_dicts() == odd
+        assert model.misaligned_ns == sum(s["kernel_ns"] for s in odd) > 0
+        assert model.reference_flops == tput
+        assert model.excess_ns is not None and abs(model.excess_ns - excess) <= 1
+        assert model.token_rows == {
+            s["m"] for s in rows if s["op_name"] in ("aten::linear", "aten::addmm")
+        }
+        assert model.impact_ns == _per_device_step(m, model.excess_ns, rank, device)
+        assert model.ceiling_ns == _per_device_step(m, model.misaligned_ns, rank, device)
+        assert model.impact_ns is not None and model.ceiling_ns is not None
+        assert 0 < model.impact_ns <= model.ceiling_ns
+
+
+def test_overlap_model_against_a_loop() -> None:
+    """sampled_2rank: two ranks whose matched all-reduces wait for each other, with less
+    compute alone than exposed transfers."""
+    m = analyze(read(Path(__file__).parents[2] / "sample_traces" / "sampled_2rank"))
+    per_rank = {r["rank"]: r for r in m.collective_split.per_rank.iter_rows(named=True)}
+    got = {(d.rank, d.device): d for d in m.overlap_model}
+    assert len(got) == m.devices.height
+    for d in m.devices.iter_rows(named=True):
+        rank, device = d["rank"], d["device"]
+        exposed, comm = d["exposed_comm_ns"], d["comm_ns"]
+        transfer = per_rank[rank]["exposed_transfer_ns"]  # matched across the two ranks
+        hideable = min(exposed, transfer)
+        alone = max(0, d["busy_ns"] - comm)
+        colls = [
+            c
+            for c in m.collectives.iter_rows(named=True)
+            if (c["rank"], c["device"]) == (rank, device)
+        ]
+        colls.sort(key=lambda c: (-c["exposed_ns"], c["collective"]))
+        model = got[rank, device]
+        assert [c["exposed_ns"] for c in model.collectives] == [c["exposed_ns"] for c in colls]
+        assert (model.hideable_ns, model.compute_alone_ns) == (hideable, alone)
+        assert model.wait_ns == per_rank[rank]["wait_ns"]
+        assert model.impact_ns == _per_device_step(m, min(hideable, alone), rank, device)
+        assert model.ceiling_ns == _per_device_step(m, min(exposed, alone), rank, device)
+        assert model.impact_ns is not None and model.ceiling_ns is not None
+        assert 0 < model.impact_ns <= model.ceiling_ns
+        assert hideable < exposed  # the waits for the other rank are not overlap's to hide

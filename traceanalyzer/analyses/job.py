@@ -26,6 +26,7 @@ from traceanalyzer.analyses import (
     kernels,
     memory,
     overlap,
+    shapes,
     steady,
 )
 from traceanalyzer.analyses.metrics import Metrics
@@ -152,6 +153,11 @@ def _merge(
     counts = step_counts(steps, by_steps)
     copied = _concat(parts, "copies")
     savings = critical_path.mean_savings(paths.what_if)
+    matmuls = _longest_first(
+        parts, "matmul_shapes", ["rank", "device", "op_name", "m", "n", "k", "dtype"], True
+    )
+    infos = [d for p in parts for d in p.meta.devices]
+    per_device_comm = _concat(parts, "collectives")
     sync_sites = idle.sync_sites_summary(sync_calls, _concat(parts, "steps_per_rank"))
     return Metrics(
         basis="steps" if by_steps else "trace",
@@ -172,14 +178,14 @@ def _merge(
         gaps=gaps,
         gap_histogram=_histogram(parts, "gap_histogram", "lo_ns", "hi_ns"),
         sync_calls=sync_calls,
-        collectives=_concat(parts, "collectives"),
+        collectives=per_device_comm,
         rank_waits=rank_waits,
         collective_split=split,
         flops=flops.device_flops(
             _concat(parts, "op_flops"),
             steps,
             wins,
-            [d for p in parts for d in p.meta.devices],
+            infos,
             dev.select(*key, "gemm_ns"),
         ),
         host_phases=_concat(parts, "host_phases"),
@@ -197,12 +203,7 @@ def _merge(
         syncs_per_step=idle.syncs_per_step(sync_calls),
         slowest_rank=slowest,
         bandwidth=_longest_first(parts, "bandwidth", ["rank", "device", "op_name"]),
-        matmul_shapes=_longest_first(
-            parts,
-            "matmul_shapes",
-            ["rank", "device", "op_name", "m", "n", "k", "dtype"],
-            nulls_last=True,
-        ),
+        matmul_shapes=matmuls,
         memory_peaks=peaks,
         non_tc_gemms=_concat(parts, "non_tc_gemms"),
         early_starts=_concat(parts, "early_starts"),
@@ -219,6 +220,8 @@ def _merge(
         sync_model=idle.sync_impact(gaps, dev, sync_sites, counts, opts.launch_gap_max_ns),
         pageable_model=copies.pageable_impact(copied, counts),
         tensor_core_model=gemm_units.tensor_core_impact(dev, paths.steps, savings, counts),
+        shape_model=shapes.shape_impact(matmuls, dev, infos, counts),
+        overlap_model=collectives.overlap_impact(dev, per_device_comm, split, savings, counts),
     )
 
 

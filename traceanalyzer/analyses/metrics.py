@@ -10,13 +10,14 @@ import polars as pl
 from traceanalyzer.analyses import fusion, startup, steady
 
 if TYPE_CHECKING:
-    from traceanalyzer.analyses.collectives import CollectiveSplit
+    from traceanalyzer.analyses.collectives import CollectiveSplit, OverlapImpact
     from traceanalyzer.analyses.copies import PageableImpact
     from traceanalyzer.analyses.facts import RunFacts
     from traceanalyzer.analyses.flops import Flops
     from traceanalyzer.analyses.gemm_units import TensorCoreImpact
     from traceanalyzer.analyses.idle import SyncImpact
     from traceanalyzer.analyses.imbalance import RankBalance
+    from traceanalyzer.analyses.shapes import ShapeImpact
     from traceanalyzer.analyses.windows import StepCounts
 
 #: The declared columns of every analysis result, in order: name -> dtype (`pl.Enum` stands
@@ -461,7 +462,10 @@ class Metrics:
       rules. `sync_model`: per rank, the GPU idle of the host syncs (idle.sync_impact);
       `pageable_model`: per device, what pinning its pageable host-to-device copies saves
       (copies.pageable_impact); `tensor_core_model`: per device, what moving its GEMMs onto
-      the Tensor Cores saves (gemm_units.tensor_core_impact).
+      the Tensor Cores saves (gemm_units.tensor_core_impact); `shape_model`: per device,
+      what padding its misaligned matmul shapes saves (shapes.shape_impact);
+      `overlap_model`: per device, what overlapping its exposed communication with compute
+      saves (collectives.overlap_impact).
     """
 
     basis: str
@@ -515,6 +519,8 @@ class Metrics:
     sync_model: tuple[SyncImpact, ...]
     pageable_model: tuple[PageableImpact, ...]
     tensor_core_model: tuple[TensorCoreImpact, ...]
+    shape_model: tuple[ShapeImpact, ...]
+    overlap_model: tuple[OverlapImpact, ...]
 
     def __post_init__(self) -> None:
         for f in fields(self):

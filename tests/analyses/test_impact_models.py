@@ -211,3 +211,29 @@ def test_overlap_model_against_a_loop() -> None:
         assert model.impact_ns is not None and model.ceiling_ns is not None
         assert 0 < model.impact_ns <= model.ceiling_ns
         assert hideable < exposed  # the waits for the other rank are not overlap's to hide
+
+
+@pytest.mark.parametrize("name", ["grad_scaler_fp16.json.gz", "startup_nosteps.json.gz"])
+def test_cast_model_against_a_loop(name: str) -> None:
+    m = _metrics(name)
+    casts = count = compute = 0
+    for c in m.kernel_classes.iter_rows(named=True):
+        if c["kernel_class"] != "comm":
+            compute += c["total_ns"]
+        if c["kernel_class"] == "copy_cast":
+            casts, count = c["total_ns"], c["count"]
+    if m.basis == "trace":  # the window is one step
+        ceiling: int | None = casts
+        impact: int | None = casts
+    else:
+        ceiling = round(casts / max(_steps(m).values()))
+        impact = None
+    if m.critical_steps.height:  # the worst rank's mean copy/cast time on the path
+        impact = round(max(_mean_by_rank(m.critical_steps.to_dicts(), "gpu_copy_cast_ns").values()))
+    if impact is not None and ceiling is not None:
+        impact = min(impact, ceiling)
+    model = m.cast_model
+    assert (model.copy_cast_ns, model.copy_cast_count, model.compute_ns) == (casts, count, compute)
+    assert (model.impact_ns, model.ceiling_ns) == (impact, ceiling)
+    assert casts > 0 and model.top_kernels
+    assert all(k["total_ns"] <= casts for k in model.top_kernels)

@@ -158,6 +158,8 @@ def _merge(
     )
     infos = [d for p in parts for d in p.meta.devices]
     per_device_comm = _concat(parts, "collectives")
+    top_kernels = kernels.top_of(_concat(parts, "kernel_names"), opts.top_n)
+    kernel_classes = kernels.classes_of(_concat(parts, "kernel_classes"))
     sync_sites = idle.sync_sites_summary(sync_calls, _concat(parts, "steps_per_rank"))
     return Metrics(
         basis="steps" if by_steps else "trace",
@@ -168,8 +170,8 @@ def _merge(
         launch_size_histogram=_histogram(
             parts, "launch_size_histogram", "lo_threads", "hi_threads"
         ),
-        top_kernels=kernels.top_of(_concat(parts, "kernel_names"), opts.top_n),
-        kernel_classes=kernels.classes_of(_concat(parts, "kernel_classes")),
+        top_kernels=top_kernels,
+        kernel_classes=kernel_classes,
         kernel_names=_all_names(_concat(parts, "kernel_names")),
         kernel_count=count,
         kernel_total_ns=total,
@@ -222,6 +224,7 @@ def _merge(
         tensor_core_model=gemm_units.tensor_core_impact(dev, paths.steps, savings, counts),
         shape_model=shapes.shape_impact(matmuls, dev, infos, counts),
         overlap_model=collectives.overlap_impact(dev, per_device_comm, split, savings, counts),
+        cast_model=kernels.cast_impact(kernel_classes, top_kernels, paths.steps, counts),
     )
 
 

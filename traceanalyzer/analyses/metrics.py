@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from traceanalyzer.analyses.gemm_units import TensorCoreImpact
     from traceanalyzer.analyses.idle import SyncImpact
     from traceanalyzer.analyses.imbalance import RankBalance
+    from traceanalyzer.analyses.kernels import CastImpact
     from traceanalyzer.analyses.shapes import ShapeImpact
     from traceanalyzer.analyses.windows import StepCounts
 
@@ -465,7 +466,8 @@ class Metrics:
       the Tensor Cores saves (gemm_units.tensor_core_impact); `shape_model`: per device,
       what padding its misaligned matmul shapes saves (shapes.shape_impact);
       `overlap_model`: per device, what overlapping its exposed communication with compute
-      saves (collectives.overlap_impact).
+      saves (collectives.overlap_impact); `cast_model`: what cutting the copy and cast
+      kernels saves (kernels.cast_impact).
     """
 
     basis: str
@@ -521,6 +523,7 @@ class Metrics:
     tensor_core_model: tuple[TensorCoreImpact, ...]
     shape_model: tuple[ShapeImpact, ...]
     overlap_model: tuple[OverlapImpact, ...]
+    cast_model: CastImpact
 
     def __post_init__(self) -> None:
         for f in fields(self):

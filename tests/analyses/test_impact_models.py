@@ -54,6 +54,17 @@ def test_sync_model_against_a_loop(name: str) -> None:
         assert got.rank_idle_ns == idle
         assert (got.impact_ns, got.ceiling_ns) == (bubble // n, idle // n)
         assert got.impact_ns <= got.ceiling_ns
+        # the sites called at least once per step, most per step first
+        sites = [
+            s
+            for s in m.sync_sites.iter_rows(named=True)
+            if s["rank"] == rank and s["per_step"] is not None and s["per_step"] >= 1.0
+        ]
+        sites.sort(key=lambda s: (-s["per_step"], -s["idle_ns"], s["name"], s["op"], s["site"]))
+        frequent = got.frequent(1.0)
+        assert list(frequent.rows) == sites and sites
+        assert frequent.per_step == pytest.approx(sum(s["per_step"] for s in sites), rel=1e-12)
+        assert frequent.idle_ns == sum(s["idle_ns"] for s in sites)
 
 
 def test_pageable_model_against_a_loop() -> None:
@@ -237,3 +248,27 @@ def test_cast_model_against_a_loop(name: str) -> None:
     assert (model.impact_ns, model.ceiling_ns) == (impact, ceiling)
     assert casts > 0 and model.top_kernels
     assert all(k["total_ns"] <= casts for k in model.top_kernels)
+
+
+def test_memory_runway_against_a_loop() -> None:
+    """leak: a step peak that grows every step on an H100 of known memory."""
+    m = _metrics("leak.json.gz")
+    sizes = {(d.rank, d.device): d.memory_bytes for d in read(GPU / "leak.json.gz").meta.devices}
+    assert len(m.memory_runway) == m.memory_growth.height > 0
+    for g, row in zip(m.memory_runway, m.memory_growth.iter_rows(named=True), strict=True):
+        peaks = [
+            p["peak_bytes"]
+            for p in m.memory_peaks.iter_rows(named=True)
+            if (p["rank"], p["device"]) == (g.rank, g.device)
+        ]
+        total = sizes[g.rank, g.device]
+        assert total and row["per_step_bytes"] > 0
+        left = total - row["last_peak_bytes"]
+        assert (g.rank, g.device, g.growth_bytes) == (
+            row["rank"],
+            row["device"],
+            row["growth_bytes"],
+        )
+        assert g.step_peaks_bytes == tuple(peaks) and len(peaks) == g.steps
+        assert g.device_memory_bytes == total
+        assert g.steps_to_oom == max(0, int(left // row["per_step_bytes"]))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import polars as pl
 
@@ -48,6 +49,15 @@ def non_tensor_core_gemms(kernels: pl.DataFrame, top_n: int = DEFAULT_TOP_NON_TC
         .head(top_n)
         .collect()
     )
+
+
+def non_tc_kernels(non_tc: pl.DataFrame, rank: int, device: int, n: int) -> list[dict[str, Any]]:
+    """The first `n` GEMM kernels of (rank, device) judged off the Tensor Cores, with their
+    evidence (name, evidence, op_dtype, count, total_ns): `non_tc` is
+    `non_tensor_core_gemms`' summary (Metrics.non_tc_gemms), most time first."""
+    cols = ["name", "evidence", "op_dtype", "count", "total_ns"]
+    mine = non_tc.filter((pl.col("rank") == rank) & (pl.col("device") == device))
+    return mine.head(n).select(cols).to_dicts()
 
 
 #: How much faster GEMMs get on the Tensor Cores, conservatively (peak ratios are 7-16x).

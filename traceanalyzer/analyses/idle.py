@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import polars as pl
 
@@ -540,9 +541,23 @@ def sync_sites_summary(calls: pl.DataFrame, steps_per_rank: pl.DataFrame) -> pl.
 
 
 @dataclass(frozen=True, slots=True)
+class SyncSites:
+    """The sync sites of a rank called at least a given number of times per step
+    (`SyncImpact.frequent`): `rows` (Metrics.sync_sites' rows: name, op, site, count, steps,
+    idle_ns, per_step...), most calls per step first, then most idle, then by name, op and
+    site; `per_step` and `idle_ns` their sums."""
+
+    rows: tuple[dict[str, Any], ...]
+    per_step: float
+    idle_ns: int
+
+
+@dataclass(frozen=True, slots=True)
 class SyncImpact:
     """What one rank's host syncs cost its GPU (TA002's impact model, `sync_impact`).
 
+    - `sites`: the rank's sync sites (Metrics.sync_sites' rows), most calls per step
+      first, then most idle, then by name, op and site;
     - `idle_with_refill_ns`: over the window, in every gap during which a sync was in
       progress, the idle while it waited plus the refill after it returned;
     - `rank_idle_ns`: the idle of the rank's most idle device over the window;
@@ -552,10 +567,20 @@ class SyncImpact:
     """
 
     rank: int
+    sites: pl.DataFrame
     idle_with_refill_ns: int
     rank_idle_ns: int
     impact_ns: int | None
     ceiling_ns: int | None
+
+    def frequent(self, min_per_step: float) -> SyncSites:
+        """The sites called at least `min_per_step` times per step (none without steps)."""
+        mine = self.sites.filter(pl.col("per_step") >= min_per_step)
+        return SyncSites(
+            rows=tuple(mine.iter_rows(named=True)),
+            per_step=float(mine["per_step"].sum()),
+            idle_ns=int(mine["idle_ns"].sum()),
+        )
 
 
 def sync_impact(
@@ -592,6 +617,11 @@ def sync_impact(
     )
     idle = dict(devices.group_by("rank").agg(pl.col("idle_ns").max()).iter_rows())
     ranks = sorted(set(devices["rank"].to_list()) | set(sites["rank"].to_list()))
+    listed = sites.sort(
+        ["per_step", "idle_ns", "name", "op", "site"],
+        descending=[True, True, False, False, False],
+        nulls_last=True,
+    )
     out = []
     for rank in ranks:
         n = counts.most_on(rank)
@@ -599,6 +629,7 @@ def sync_impact(
         out.append(
             SyncImpact(
                 rank=rank,
+                sites=listed.filter(pl.col("rank") == rank),
                 idle_with_refill_ns=own,
                 rank_idle_ns=most,
                 impact_ns=own // n if n else None,

@@ -158,6 +158,7 @@ def _merge(
     )
     infos = [d for p in parts for d in p.meta.devices]
     per_device_comm = _concat(parts, "collectives")
+    grown = memory.growth(peaks)
     top_kernels = kernels.top_of(_concat(parts, "kernel_names"), opts.top_n)
     kernel_classes = kernels.classes_of(_concat(parts, "kernel_classes"))
     sync_sites = idle.sync_sites_summary(sync_calls, _concat(parts, "steps_per_rank"))
@@ -210,7 +211,7 @@ def _merge(
         non_tc_gemms=_concat(parts, "non_tc_gemms"),
         early_starts=_concat(parts, "early_starts"),
         timeline_bins=bins,
-        memory_growth=memory.growth(peaks),
+        memory_growth=grown,
         critical_steps=paths.steps,
         what_if=paths.what_if,
         excluded_steps=steady.excluded_rows(per_step, flagged),
@@ -225,6 +226,7 @@ def _merge(
         shape_model=shapes.shape_impact(matmuls, dev, infos, counts),
         overlap_model=collectives.overlap_impact(dev, per_device_comm, split, savings, counts),
         cast_model=kernels.cast_impact(kernel_classes, top_kernels, paths.steps, counts),
+        memory_runway=memory.runway(grown, peaks, infos),
     )
 
 

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from traceanalyzer.analyses.idle import SyncImpact
     from traceanalyzer.analyses.imbalance import RankBalance
     from traceanalyzer.analyses.kernels import CastImpact
+    from traceanalyzer.analyses.memory import MemoryRunway
     from traceanalyzer.analyses.shapes import ShapeImpact
     from traceanalyzer.analyses.windows import StepCounts
 
@@ -468,6 +469,8 @@ class Metrics:
       `overlap_model`: per device, what overlapping its exposed communication with compute
       saves (collectives.overlap_impact); `cast_model`: what cutting the copy and cast
       kernels saves (kernels.cast_impact).
+    - `memory_runway`: per device of `memory_growth`, its step peaks and the steps until its
+      memory is full at that growth (memory.runway).
     """
 
     basis: str
@@ -524,6 +527,7 @@ class Metrics:
     shape_model: tuple[ShapeImpact, ...]
     overlap_model: tuple[OverlapImpact, ...]
     cast_model: CastImpact
+    memory_runway: tuple[MemoryRunway, ...]
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -106,6 +106,12 @@ def matmul_shapes(timeline: Timeline, kernels: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def has_misaligned(shapes: pl.DataFrame, rank: int, device: int) -> bool:
+    """Whether (rank, device) runs a misaligned matmul shape (`shapes`: Metrics.matmul_shapes)."""
+    mine = (pl.col("rank") == rank) & (pl.col("device") == device)
+    return shapes.filter(mine & pl.col("misaligned").is_not_null()).height > 0
+
+
 #: Dense 16-bit Tensor Core peak (FLOP/s) by device name; first match wins (field notes).
 PEAK_FLOPS: tuple[tuple[str, float], ...] = (
     (r"B200|B100", 2250e12),

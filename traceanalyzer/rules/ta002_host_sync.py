@@ -6,8 +6,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-import polars as pl
-
 from traceanalyzer.rules.base import Context, Finding, Rule, Scope, Severity
 from traceanalyzer.rules.examples import Event, cpu_op, launch, launched, py_frame, step
 
@@ -84,23 +82,16 @@ class HostSync(Rule):
     ]
 
     def check(self, ctx: Context, t: Thresholds) -> Iterable[Finding]:
-        sites = ctx.metrics.sync_sites.filter(pl.col("per_step") >= t.min_per_step)
-        models = {m.rank: m for m in ctx.metrics.sync_model}
-        for rank in sorted(set(sites["rank"].to_list())):  # one finding per rank
-            mine = sites.filter(pl.col("rank") == rank).sort(
-                ["per_step", "idle_ns", "name", "op", "site"],
-                descending=[True, True, False, False, False],
-                nulls_last=True,
-            )
-            top = mine.row(0, named=True)
-            per_step = float(mine["per_step"].sum())
-            idle = int(mine["idle_ns"].sum())
+        for model in ctx.metrics.sync_model:  # one finding per rank
+            sites = model.frequent(t.min_per_step)
+            if not sites.rows:
+                continue
+            rank, per_step, idle = model.rank, sites.per_step, sites.idle_ns
             where = [
                 f"{s['name']} {s['per_step']:.1f}x from "
                 + (" <- ".join(x for x in (s["op"], s["site"]) if x) or "(no call stack recorded)")
-                for s in mine.head(3).iter_rows(named=True)
+                for s in sites.rows[:3]
             ]
-            model = models[rank]
             yield self.finding(
                 ctx,
                 f"rank {rank}: {per_step:.1f} host syncs per step ({'; '.join(where)}); "
@@ -112,9 +103,9 @@ class HostSync(Rule):
                     "idle_with_refill_ns": model.idle_with_refill_ns,
                     "sites": [
                         {k: s[k] for k in ("name", "op", "site", "count", "per_step", "idle_ns")}
-                        for s in mine.iter_rows(named=True)
+                        for s in sites.rows
                     ],
-                    "top_call": top["name"],
+                    "top_call": sites.rows[0]["name"],
                     "threshold_per_step": t.min_per_step,
                 },
                 Scope(rank=rank),

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
-import polars as pl
-
+from traceanalyzer.analyses.gemm_units import non_tc_kernels
+from traceanalyzer.analyses.shapes import has_misaligned
 from traceanalyzer.rules import advice as advise
 from traceanalyzer.rules.base import Context, Finding, Rule, Scope, Severity
 from traceanalyzer.rules.examples import Event, launched, step
@@ -98,13 +98,13 @@ class NoTensorCores(Rule):
             if off <= 0 or off / gemm < t.min_non_tc_share:
                 continue
             rank, device = d.rank, d.device
-            kernels = _non_tc_kernels(ctx, rank, device, t.top_kernels)
+            kernels = non_tc_kernels(ctx.metrics.non_tc_gemms, rank, device, t.top_kernels)
             fp32 = any(
                 k["op_dtype"] == "fp32" or "sgemm" in k["name"].lower() or "scudnn" in k["evidence"]
                 for k in kernels
             )
             half = any(k["op_dtype"] == "half" for k in kernels)
-            odd = _has_odd_shapes(ctx, rank, device)
+            odd = has_misaligned(ctx.metrics.matmul_shapes, rank, device)
             why = "; ".join(f"{_short(k['name'])} ({k['evidence']})" for k in kernels)
             yield self.finding(
                 ctx,
@@ -130,25 +130,6 @@ class NoTensorCores(Rule):
                 _advice(fp32, half, odd, advise.arch(ctx, rank, device)),
                 ceiling_ns=d.ceiling_ns,
             )
-
-
-def _non_tc_kernels(ctx: Context, rank: int, device: int, n: int) -> list[dict[str, Any]]:
-    """The GEMM kernels judged off the Tensor Cores, with their evidence."""
-    cols = ["name", "evidence", "op_dtype", "count", "total_ns"]
-    mine = ctx.metrics.non_tc_gemms.filter((pl.col("rank") == rank) & (pl.col("device") == device))
-    return mine.head(n).select(cols).to_dicts()
-
-
-def _has_odd_shapes(ctx: Context, rank: int, device: int) -> bool:
-    shapes = ctx.metrics.matmul_shapes
-    return (
-        shapes.filter(
-            (pl.col("rank") == rank)
-            & (pl.col("device") == device)
-            & pl.col("misaligned").is_not_null()
-        ).height
-        > 0
-    )
 
 
 def _short(name: str, width: int = 48) -> str:

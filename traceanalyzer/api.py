@@ -148,7 +148,7 @@ def _report(
     ctx: Context,
     paths: pl.DataFrame,
 ) -> Report:
-    totals = dict(metrics.steps.group_by("rank").agg(pl.col("step").n_unique()).iter_rows())
+    totals = metrics.step_counts.ranks
     periods = {r["rank"]: r for r in metrics.periods.iter_rows(named=True)}
     return build_report(
         meta,

@@ -272,3 +272,42 @@ def test_memory_runway_against_a_loop() -> None:
         assert g.step_peaks_bytes == tuple(peaks) and len(peaks) == g.steps
         assert g.device_memory_bytes == total
         assert g.steps_to_oom == max(0, int(left // row["per_step_bytes"]))
+
+
+@pytest.mark.parametrize("name", ["cold_start.json.gz", "startup_nosteps.json.gz"])
+def test_startup_model_against_a_loop(name: str) -> None:
+    """startup_nosteps holds the process's start-up in its window; cold_start's warm-up step
+    is left out of the window, and its start-up with it."""
+    m = _metrics(name)
+    got = {(d.rank, d.device): d for d in m.startup_model}
+    assert len(got) == m.devices.height
+    for d in m.devices.iter_rows(named=True):
+        key = (d["rank"], d["device"])
+        once = [r for r in m.startup_idle.iter_rows(named=True) if (r["rank"], r["device"]) == key]
+        calls = [c for c in m.startup.iter_rows(named=True) if (c["rank"], c["device"]) == key]
+        kept: list[dict] = []
+        for c in calls[:50]:  # the longest first; one inside a listed one is the same work
+            if not any(k["start_ns"] <= c["start_ns"] <= c["end_ns"] <= k["end_ns"] for k in kept):
+                kept.append(c)
+        model = got[key]
+        assert model.window_ns == d["window_ns"]
+        assert model.startup_ns == sum(r["startup_ns"] for r in once)
+        assert model.idle_ns == sum(r["idle_ns"] for r in once)
+        assert [c["name"] for c in model.calls] == [c["name"] for c in kept[:3]]
+        assert [c["dur_ns"] for c in model.calls] == sorted(
+            (c["dur_ns"] for c in model.calls), reverse=True
+        )
+    assert any(d.startup_ns > 0 and d.calls for d in m.startup_model) == (
+        name == "startup_nosteps.json.gz"
+    )
+
+
+def test_step_counts_against_a_loop() -> None:
+    m = _metrics("host_sync.json.gz")
+    distinct: dict[int, set[int]] = {}
+    for s in m.steps.iter_rows(named=True):
+        distinct.setdefault(s["rank"], set()).add(s["step"])
+    assert m.step_counts.by_steps
+    assert dict(m.step_counts.counts) == _steps(m)
+    assert dict(m.step_counts.ranks) == {r: len(s) for r, s in distinct.items()}
+    assert m.step_counts.most_on(0) == max(_steps(m).values())

@@ -27,6 +27,7 @@ from traceanalyzer.analyses import (
     memory,
     overlap,
     shapes,
+    startup,
     steady,
 )
 from traceanalyzer.analyses.metrics import Metrics
@@ -159,6 +160,7 @@ def _merge(
     infos = [d for p in parts for d in p.meta.devices]
     per_device_comm = _concat(parts, "collectives")
     grown = memory.growth(peaks)
+    once, once_idle = _concat(parts, "startup"), _concat(parts, "startup_idle")
     top_kernels = kernels.top_of(_concat(parts, "kernel_names"), opts.top_n)
     kernel_classes = kernels.classes_of(_concat(parts, "kernel_classes"))
     sync_sites = idle.sync_sites_summary(sync_calls, _concat(parts, "steps_per_rank"))
@@ -196,9 +198,9 @@ def _merge(
         attention=_concat(parts, "attention"),
         memory_model=_concat(parts, "memory_model"),
         fusion_patterns=_concat(parts, "fusion_patterns"),
-        startup=_concat(parts, "startup"),
+        startup=once,
         periods=steady.loop_periods(_concat(parts, "step_hosts"), steps),
-        startup_idle=_concat(parts, "startup_idle"),
+        startup_idle=once_idle,
         balance=balance,
         copies=copied,
         launch_gap_max_ns=opts.launch_gap_max_ns,
@@ -227,6 +229,7 @@ def _merge(
         overlap_model=collectives.overlap_impact(dev, per_device_comm, split, savings, counts),
         cast_model=kernels.cast_impact(kernel_classes, top_kernels, paths.steps, counts),
         memory_runway=memory.runway(grown, peaks, infos),
+        startup_model=startup.per_device(dev, once, once_idle),
     )
 
 

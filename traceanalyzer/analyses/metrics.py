@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from traceanalyzer.analyses.kernels import CastImpact
     from traceanalyzer.analyses.memory import MemoryRunway
     from traceanalyzer.analyses.shapes import ShapeImpact
+    from traceanalyzer.analyses.startup import DeviceStartup
     from traceanalyzer.analyses.windows import StepCounts
 
 #: The declared columns of every analysis result, in order: name -> dtype (`pl.Enum` stands
@@ -471,6 +472,8 @@ class Metrics:
       kernels saves (kernels.cast_impact).
     - `memory_runway`: per device of `memory_growth`, its step peaks and the steps until its
       memory is full at that growth (memory.runway).
+    - `startup_model`: per device, its window, its one-time work, the GPU idle under it and
+      the calls that name it (startup.per_device).
     """
 
     basis: str
@@ -528,6 +531,7 @@ class Metrics:
     overlap_model: tuple[OverlapImpact, ...]
     cast_model: CastImpact
     memory_runway: tuple[MemoryRunway, ...]
+    startup_model: tuple[DeviceStartup, ...]
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -315,11 +315,13 @@ class StepCounts:
     window's time by to price a finding per step.
 
     `by_steps`: whether step markers defined the windows (`Metrics.basis == "steps"`);
-    `counts`: (rank, device) -> its rows in `Metrics.steps`. Without step markers a window
-    counts as one step."""
+    `counts`: (rank, device) -> its rows in `Metrics.steps`; `ranks`: rank -> its distinct
+    steady steps (over its devices). Without step markers a window counts as one step, and
+    both are empty."""
 
     by_steps: bool
     counts: Mapping[tuple[int, int], int]
+    ranks: Mapping[int, int]
 
     def on(self, rank: int, device: int) -> int:
         """How many steps the window of (rank, device) holds (1 without step markers; 0 for a
@@ -342,7 +344,15 @@ class StepCounts:
 def step_counts(steps: pl.DataFrame, by_steps: bool) -> StepCounts:
     """The StepCounts of `steps` (Metrics.steps: one row per device and steady step)."""
     counts = steps.group_by(DEVICE_KEY).len()
+    ranks = steps.group_by("rank").agg(pl.col("step").n_unique())
     return StepCounts(
         by_steps=by_steps,
         counts={(r, d): n for r, d, n in counts.select(*DEVICE_KEY, "len").iter_rows()},
+        ranks=dict(ranks.iter_rows()),
     )
+
+
+def span_ns(windows: pl.DataFrame) -> int:
+    """The time the windows span together, from the first start to the last end (0 without
+    windows)."""
+    return int(windows.select(pl.col("end_ns").max() - pl.col("start_ns").min()).item() or 0)

@@ -311,3 +311,37 @@ def test_step_counts_against_a_loop() -> None:
     assert dict(m.step_counts.counts) == _steps(m)
     assert dict(m.step_counts.ranks) == {r: len(s) for r, s in distinct.items()}
     assert m.step_counts.most_on(0) == max(_steps(m).values())
+
+
+@pytest.mark.parametrize("name", ["gelu_manual.json.gz", "memory_bound.json.gz"])
+def test_memory_impact_model_against_a_loop(name: str) -> None:
+    """The device whose fusion saves most, priced from its memory model row: the
+    memory_bound_2x what-if scaled to the fusible share, under the share of the path's
+    memory-bound time and under the roof's ceiling."""
+    m = _metrics(name)
+    saved = _mean_by_rank(m.what_if.to_dicts(), "saved_ns", scenario="memory_bound_2x")
+    on_path = _mean_by_rank(m.critical_steps.to_dicts(), "gpu_memory_bound_ns")
+    best: tuple[int, int | None, dict] | None = None
+    for row in m.memory_model.iter_rows(named=True):
+        rank, device = row["rank"], row["device"]
+        n = _steps(m).get((rank, device), 0) if m.basis == "steps" else 1
+        share = row["fusible_share"]
+        ceiling = (row["ceiling_ns"] if share is not None else row["memory_bound_ns"]) // n
+        share = 0.5 if share is None else share
+        if rank in saved and rank in on_path:
+            price = min(round(saved[rank]) * share / 0.5, on_path[rank] * share)
+        else:
+            price = row["memory_bound_ns"] * share / n
+        price = max(0, round(min(price, ceiling)))
+        if best is None or price > best[0]:
+            best = (price, ceiling, row)
+    assert best is not None and best[0] > 0
+    got = m.memory_impact_model
+    assert (got.impact_ns, got.ceiling_ns, got.model) == best
+    patterns = [
+        p["pattern"]
+        for p in m.fusion_patterns.iter_rows(named=True)
+        if (p["rank"], p["device"]) == (best[2]["rank"], best[2]["device"])
+    ]
+    assert list(got.patterns) == patterns
+    assert got.top_chain is not None and got.top_chain["pattern"] == patterns[0]

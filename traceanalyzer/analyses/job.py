@@ -20,6 +20,7 @@ from traceanalyzer.analyses import (
     copies,
     critical_path,
     flops,
+    fusion,
     gemm_units,
     idle,
     imbalance,
@@ -160,6 +161,7 @@ def _merge(
     infos = [d for p in parts for d in p.meta.devices]
     per_device_comm = _concat(parts, "collectives")
     grown = memory.growth(peaks)
+    mem_model, mem_patterns = _concat(parts, "memory_model"), _concat(parts, "fusion_patterns")
     once, once_idle = _concat(parts, "startup"), _concat(parts, "startup_idle")
     top_kernels = kernels.top_of(_concat(parts, "kernel_names"), opts.top_n)
     kernel_classes = kernels.classes_of(_concat(parts, "kernel_classes"))
@@ -196,8 +198,8 @@ def _merge(
         host_phases=_concat(parts, "host_phases"),
         kernel_phases=_concat(parts, "kernel_phases"),
         attention=_concat(parts, "attention"),
-        memory_model=_concat(parts, "memory_model"),
-        fusion_patterns=_concat(parts, "fusion_patterns"),
+        memory_model=mem_model,
+        fusion_patterns=mem_patterns,
         startup=once,
         periods=steady.loop_periods(_concat(parts, "step_hosts"), steps),
         startup_idle=once_idle,
@@ -222,6 +224,9 @@ def _merge(
         facts=context.RunFacts.merge([p.facts for p in parts]),
         step_counts=counts,
         # the impact models: what each fix saves per steady step, and the most it can
+        memory_impact_model=fusion.memory_impact(
+            mem_model, mem_patterns, paths.steps, savings, counts
+        ),
         sync_model=idle.sync_impact(gaps, dev, sync_sites, counts, opts.launch_gap_max_ns),
         pageable_model=copies.pageable_impact(copied, counts),
         tensor_core_model=gemm_units.tensor_core_impact(dev, paths.steps, savings, counts),

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from traceanalyzer.analyses.copies import PageableImpact
     from traceanalyzer.analyses.facts import RunFacts
     from traceanalyzer.analyses.flops import Flops
+    from traceanalyzer.analyses.fusion import MemoryImpact
     from traceanalyzer.analyses.gemm_units import TensorCoreImpact
     from traceanalyzer.analyses.idle import SyncImpact
     from traceanalyzer.analyses.imbalance import RankBalance
@@ -462,7 +463,9 @@ class Metrics:
       what the impact models divide by.
     - The impact models: what fixing a finding saves per steady step (`impact_ns`) and the
       most it can save (`ceiling_ns`), with the figures they are computed from, read by the
-      rules. `sync_model`: per rank, the GPU idle of the host syncs (idle.sync_impact);
+      rules. `memory_impact_model`: what fusing the memory-bound kernels saves, on the
+      device where it saves most (fusion.memory_impact); `sync_model`: per rank, the GPU
+      idle of the host syncs (idle.sync_impact);
       `pageable_model`: per device, what pinning its pageable host-to-device copies saves
       (copies.pageable_impact); `tensor_core_model`: per device, what moving its GEMMs onto
       the Tensor Cores saves (gemm_units.tensor_core_impact); `shape_model`: per device,
@@ -524,6 +527,7 @@ class Metrics:
     startup_idle: pl.DataFrame
     periods: pl.DataFrame
     step_counts: StepCounts
+    memory_impact_model: MemoryImpact
     sync_model: tuple[SyncImpact, ...]
     pageable_model: tuple[PageableImpact, ...]
     tensor_core_model: tuple[TensorCoreImpact, ...]

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from traceanalyzer.analyses import Metrics, analyze
+from traceanalyzer.analyses.shapes import fewer_rows_ns
 from traceanalyzer.readers import read
 
 GPU = Path(__file__).parent.parent / "data" / "gpu"
@@ -345,3 +346,13 @@ def test_memory_impact_model_against_a_loop(name: str) -> None:
     ]
     assert list(got.patterns) == patterns
     assert got.top_chain is not None and got.top_chain["pattern"] == patterns[0]
+
+
+def test_fewer_rows_against_a_loop() -> None:
+    """decode_greedy_b1: one sequence decoded a token at a time: most GEMM time in M = 1
+    products."""
+    m = _metrics("decode_greedy_b1.json.gz")
+    rows = list(m.matmul_shapes.iter_rows(named=True))
+    few = sum(s["kernel_ns"] for s in rows if s["m"] < 8)
+    assert fewer_rows_ns(m.matmul_shapes, 8) == (few, sum(s["kernel_ns"] for s in rows))
+    assert few > sum(s["kernel_ns"] for s in rows) / 2

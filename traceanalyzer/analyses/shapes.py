@@ -106,6 +106,13 @@ def matmul_shapes(timeline: Timeline, kernels: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def fewer_rows_ns(shapes: pl.DataFrame, rows: int) -> tuple[int, int]:
+    """The kernel time of the matmul shapes with fewer than `rows` rows (M), and of all of
+    them (`shapes`: Metrics.matmul_shapes): products of a few rows are tokens being decoded."""
+    total = int(shapes["kernel_ns"].sum() or 0)
+    return int(shapes.filter(pl.col("m") < rows)["kernel_ns"].sum() or 0), total
+
+
 def has_misaligned(shapes: pl.DataFrame, rank: int, device: int) -> bool:
     """Whether (rank, device) runs a misaligned matmul shape (`shapes`: Metrics.matmul_shapes)."""
     mine = (pl.col("rank") == rank) & (pl.col("device") == device)

@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
 
-import polars as pl
-
 from traceanalyzer.analyses.metrics import Metrics
 from traceanalyzer.model import TraceMeta
 
@@ -339,8 +337,3 @@ def launch_bound(ctx: Context, device: dict[str, Any]) -> bool:
 def host_wait_inside_steps(device: dict[str, Any]) -> int:
     """A device's host-wait idle inside steps (all of it without steps)."""
     return int(device["host_wait_ns"] - device["host_wait_between_steps_ns"])
-
-
-def rows(frame: pl.DataFrame) -> list[dict[str, Any]]:
-    """A small summary frame as plain rows (for evidence)."""
-    return frame.to_dicts()

@@ -138,3 +138,23 @@ def test_a_cycle_is_found() -> None:
         ["traceanalyzer.a", "traceanalyzer.b"],
         ["traceanalyzer.pkg", "traceanalyzer.pkg.m"],
     ]
+
+
+def _imports_polars(path: Path) -> bool:
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import) and any(
+            a.name.split(".")[0] == "polars" for a in node.names
+        ):
+            return True
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "polars":
+            return True
+    return False
+
+
+def test_rules_measure_nothing() -> None:
+    """Rules read the analyses' typed results (the impact models included) and decide: no
+    module of `rules/` computes on frames, so none imports polars."""
+    rules = sorted((PACKAGE / "rules").glob("*.py"))
+    assert len(rules) > 13
+    assert [p.name for p in rules if _imports_polars(p)] == []
+    assert _imports_polars(PACKAGE / "analyses" / "fusion.py")  # the check sees an import

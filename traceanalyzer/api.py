@@ -11,7 +11,7 @@ import polars as pl
 from traceanalyzer import ranks
 from traceanalyzer.analyses import DEFAULT_TOP_KERNELS, Metrics, analyze
 from traceanalyzer.analyses.context import decide
-from traceanalyzer.analyses.critical_path import PATH_KINDS, per_rank
+from traceanalyzer.analyses.critical_path import PATH_KINDS, mean_savings, per_rank
 from traceanalyzer.analyses.idle import LAUNCH_GAP_MAX_NS
 from traceanalyzer.analyses.rank import Options
 from traceanalyzer.config import Settings
@@ -148,7 +148,7 @@ def _report(
     ctx: Context,
     paths: pl.DataFrame,
 ) -> Report:
-    totals = dict(metrics.steps.group_by("rank").agg(pl.col("step").n_unique()).iter_rows())
+    totals = metrics.step_counts.ranks
     periods = {r["rank"]: r for r in metrics.periods.iter_rows(named=True)}
     return build_report(
         meta,
@@ -184,7 +184,6 @@ def context(metrics: Metrics, meta: TraceMeta) -> Context:
     """What the rules read: metrics, meta, the mean saving per step of each what-if, the
     steady step of each rank (the loop's period, `steady.loop_periods`; without step
     markers, each rank's window: one step), and the run context."""
-    saved = metrics.what_if.group_by("rank", "scenario").agg(pl.col("saved_ns").mean())
     steps = metrics.critical_steps.group_by("rank").agg(pl.col("step_ns").mean())
     if metrics.periods.height:  # the loop's period, where the steps tell it
         steps = metrics.periods.select("rank", step_ns="period_ns").filter(pl.col("step_ns") > 0)
@@ -193,7 +192,7 @@ def context(metrics: Metrics, meta: TraceMeta) -> Context:
     return Context(
         metrics=metrics,
         meta=meta,
-        what_if={(r, s): round(v) for r, s, v in saved.iter_rows()},
+        what_if=mean_savings(metrics.what_if),
         step_ns={r: round(v) for r, v in steps.iter_rows()},
         run=decide(metrics.facts, meta, metrics),
     )

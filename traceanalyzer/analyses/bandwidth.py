@@ -23,6 +23,7 @@ GDDR, dense).
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import polars as pl
 
@@ -364,3 +365,10 @@ def memory_bound_bandwidth(
         .sort(["kernel_ns", "rank", "device", "op_name"], descending=[True, False, False, False])
         .collect()
     )
+
+
+def top_operators(bandwidth: pl.DataFrame, n: int) -> list[dict[str, Any]]:
+    """The `n` memory-bound operators with the most kernel time (`memory_bound_bandwidth`
+    sorts them: Metrics.bandwidth), with their achieved bandwidth and share of the peak."""
+    cols = ["rank", "device", "op_name", "ops", "kernel_ns", "gbps", "share_of_peak"]
+    return bandwidth.head(n).select(cols).to_dicts()

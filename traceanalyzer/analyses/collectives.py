@@ -35,14 +35,15 @@ reduce-scatter and all-to-all (n-1)/n, others 1, n the ranks in the instance.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import polars as pl
 
 from traceanalyzer.analyses.intervals import busy_before, union
 from traceanalyzer.analyses.overlap import DTYPE_BYTES
-from traceanalyzer.analyses.windows import DEVICE_KEY
+from traceanalyzer.analyses.windows import DEVICE_KEY, StepCounts
 from traceanalyzer.model.meta import DeviceInfo
 
 #: What each rank hands on of its communication kernels (inside its windows).
@@ -302,3 +303,107 @@ def _totals(kernels: pl.DataFrame, by: list[str]) -> pl.DataFrame:
         )
         .sort(by)
     )
+
+
+@dataclass(frozen=True, slots=True)
+class OverlapImpact:
+    """What overlapping one device's exposed communication with compute saves (TA007's impact
+    model, `overlap_impact`).
+
+    - `window_ns`, `comm_ns`, `exposed_ns`, `overlap_share`, `busy_ns`: the device's window,
+      communication, communication with no compute beside it, the share of communication
+      that overlaps compute, and its busy time (Metrics.devices);
+    - `collectives`: its collectives (collective, count, total_ns, exposed_ns), most exposed
+      first;
+    - `wait_ns`, `exposed_wait_ns`, `exposed_transfer_ns`: the rank's time in collectives
+      waiting for the last rank, the part of it with nothing beside it, and its transfers
+      with nothing beside them (None where no collective was matched across ranks);
+      `busbw_gbps`: the rank's bus bandwidth (CollectiveSplit.per_rank);
+    - `hideable_ns`: what overlap can hide: the exposed transfers (all the exposed
+      communication where the collectives are not matched);
+    - `compute_alone_ns`: busy time less communication: the compute a transfer can hide
+      under;
+    - `path_saving_ns`: the `exposed_comm_hidden` what-if's mean saving per step;
+    - `impact_ns`: min(hideable, compute alone) per steady step; `ceiling_ns`: min(exposed,
+      compute alone) per steady step (None without steps).
+    """
+
+    rank: int
+    device: int
+    window_ns: int
+    comm_ns: int
+    exposed_ns: int
+    overlap_share: float | None
+    busy_ns: int
+    collectives: tuple[dict[str, Any], ...]
+    wait_ns: int | None
+    exposed_wait_ns: int | None
+    exposed_transfer_ns: int | None
+    busbw_gbps: float | None
+    hideable_ns: int
+    compute_alone_ns: int
+    path_saving_ns: int | None
+    impact_ns: int | None
+    ceiling_ns: int | None
+
+
+def overlap_impact(
+    devices: pl.DataFrame,
+    collectives: pl.DataFrame,
+    split: CollectiveSplit,
+    savings: Mapping[tuple[int, str], int],
+    counts: StepCounts,
+) -> tuple[OverlapImpact, ...]:
+    """Each device's OverlapImpact, in the order of `devices` (Metrics.devices).
+
+    What overlap can hide is the transfers that ran with nothing beside them; the waits for
+    a slower rank (TA008's) stay whatever overlaps them. Overlap hides a transfer under
+    compute that runs beside it: no more than the compute that runs alone now (the rest
+    already hides communication), so the price is min(hideable, compute alone) and the
+    ceiling min(exposed, compute alone), per steady step.
+
+    `collectives`: Metrics.collectives; `split`: the collectives matched across ranks;
+    `savings`: the what-ifs' mean savings; `counts`: the steps each device's window holds."""
+    matched = split.matched
+    per_rank = {r["rank"]: r for r in split.per_rank.iter_rows(named=True)}
+    out = []
+    for d in devices.iter_rows(named=True):
+        rank, device = d["rank"], d["device"]
+        comm, exposed = d["comm_ns"] or 0, d["exposed_comm_ns"] or 0
+        colls = collectives.filter((pl.col("rank") == rank) & (pl.col("device") == device)).sort(
+            ["exposed_ns", "collective"], descending=[True, False], nulls_last=True
+        )
+        mine = per_rank.get(rank) or {}
+        transfer = mine.get("exposed_transfer_ns") if matched else None
+        hideable = exposed if transfer is None else min(exposed, transfer)
+        beside = max(0, (d["busy_ns"] or 0) - comm)
+        out.append(
+            OverlapImpact(
+                rank=rank,
+                device=device,
+                window_ns=d["window_ns"],
+                comm_ns=comm,
+                exposed_ns=exposed,
+                overlap_share=d["overlap_share"],
+                busy_ns=d["busy_ns"] or 0,
+                collectives=tuple(
+                    {
+                        "collective": str(c["collective"]),
+                        "count": c["count"],
+                        "total_ns": c["total_ns"],
+                        "exposed_ns": c["exposed_ns"],
+                    }
+                    for c in colls.iter_rows(named=True)
+                ),
+                wait_ns=mine.get("wait_ns") if matched else None,
+                exposed_wait_ns=mine.get("exposed_wait_ns") if matched else None,
+                exposed_transfer_ns=transfer,
+                busbw_gbps=mine.get("busbw_gbps"),
+                hideable_ns=hideable,
+                compute_alone_ns=beside,
+                path_saving_ns=savings.get((rank, "exposed_comm_hidden")),
+                impact_ns=counts.per_step(min(hideable, beside), rank, device),
+                ceiling_ns=counts.per_step(min(exposed, beside), rank, device),
+            )
+        )
+    return tuple(out)

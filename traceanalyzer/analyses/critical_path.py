@@ -454,6 +454,14 @@ def per_rank(steps: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def mean_savings(what_if: pl.DataFrame) -> dict[tuple[int, str], int]:
+    """(rank, scenario) -> the mean time a what-if saves per sampled step of the rank
+    (`CriticalPaths.what_if`), rounded to the ns: what the rules read as `Context.saving`
+    and the impact models scale."""
+    saved = what_if.group_by("rank", "scenario").agg(pl.col("saved_ns").mean())
+    return {(r, s): round(v) for r, s, v in saved.iter_rows()}
+
+
 def _empty_path() -> pl.DataFrame:
     return pl.DataFrame(
         schema={

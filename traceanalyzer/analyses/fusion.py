@@ -38,12 +38,15 @@ chain.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import polars as pl
 
 from traceanalyzer.analyses.bandwidth import operator_bytes, peak_bandwidth_gbps
 from traceanalyzer.analyses.operators import launch_ops
-from traceanalyzer.analyses.windows import DEVICE_KEY
+from traceanalyzer.analyses.windows import DEVICE_KEY, StepCounts
 from traceanalyzer.model import DeviceInfo, Timeline
 
 #: An operator that writes a tensor that outlives it (in place, into `out`, a fill): not a
@@ -294,6 +297,79 @@ def price_per_step(
     return max(0, round(price)), ceiling
 
 
+@dataclass(frozen=True, slots=True)
+class MemoryImpact:
+    """What fusing the memory-bound kernels saves, on the device where it saves most (TA004's
+    impact model, `memory_impact`).
+
+    - `model`: that device's `memory_bound_model` row (Metrics.memory_model; None without
+      memory-bound kernels);
+    - `impact_ns`, `ceiling_ns`: its price and ceiling per step (`price_per_step`);
+    - `top_chain`: its chain pattern whose fusion saves most (pattern, chains_per_step, ops,
+      kernel_ns_per_step, saving_ns_per_step; None without patterns), and `patterns`: all
+      its listed patterns, most saving first.
+    """
+
+    model: dict[str, Any] | None
+    impact_ns: int | None
+    ceiling_ns: int | None
+    top_chain: dict[str, Any] | None
+    patterns: tuple[str, ...]
+
+
+def memory_impact(
+    model: pl.DataFrame,
+    patterns: pl.DataFrame,
+    critical_steps: pl.DataFrame,
+    savings: Mapping[tuple[int, str], int],
+    counts: StepCounts,
+) -> MemoryImpact:
+    """The MemoryImpact of the device whose fix saves most (the first such in `model`'s order
+    on a tie). Each device is priced by `price_per_step` over its steps (`counts`), with the
+    rank's `memory_bound_2x` what-if (`savings`) and the rank's mean memory-bound time on
+    the critical path (`critical_steps`). `model`, `patterns`: Metrics.memory_model and
+    .fusion_patterns."""
+    best: tuple[int | None, int | None, dict[str, Any] | None] = (None, None, None)
+    for row in model.iter_rows(named=True):
+        rank, device = row["rank"], row["device"]
+        path = critical_steps.filter(pl.col("rank") == rank)
+        path_ns = path["gpu_memory_bound_ns"].mean() if path.height else None
+        price, ceiling = price_per_step(
+            row,
+            counts.on(rank, device),
+            savings.get((rank, "memory_bound_2x")),
+            float(path_ns) if path_ns is not None else None,  # type: ignore[arg-type]
+        )
+        if best[0] is None or (price or 0) > best[0]:
+            best = (price, ceiling, row)
+    chain, listed = _top_pattern(patterns, best[2], counts)
+    return MemoryImpact(
+        model=best[2], impact_ns=best[0], ceiling_ns=best[1], top_chain=chain, patterns=listed
+    )
+
+
+def _top_pattern(
+    patterns: pl.DataFrame, model: dict[str, Any] | None, counts: StepCounts
+) -> tuple[dict[str, Any] | None, tuple[str, ...]]:
+    """The chain pattern of the priced device whose fusion saves most (per step), and all
+    its listed patterns, most saving first."""
+    if not model:
+        return None, ()
+    rank, device = model["rank"], model["device"]
+    rows = patterns.filter((pl.col("rank") == rank) & (pl.col("device") == device))
+    if not rows.height:
+        return None, ()
+    top = rows.row(0, named=True)
+    steps = counts.on(rank, device) or 1
+    return {
+        "pattern": top["pattern"],
+        "chains_per_step": top["chains"] / steps,
+        "ops": top["ops"],
+        "kernel_ns_per_step": top["kernel_ns"] // steps,
+        "saving_ns_per_step": top["saving_ns"] // steps,
+    }, tuple(rows["pattern"].to_list())
+
+
 #: Chains that are a known layer written by hand, recognised by their operators (each a
 #: regex over the pattern's text): what they are and the one-kernel replacement.
 HAND_WRITTEN: tuple[tuple[str, str, str], ...] = (
@@ -312,7 +388,7 @@ HAND_WRITTEN: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def named_layer(patterns: list[str]) -> tuple[str, str] | None:
+def named_layer(patterns: Sequence[str]) -> tuple[str, str] | None:
     """(what it is, its fused replacement) for the first known layer written by hand that
     one of `patterns` (chains' operators, "pow > mul > add > mul > tanh > add > mul", most
     saving first) holds."""

@@ -5,13 +5,19 @@ Cores; this summary says which kernels it was and why the tool thinks so (the na
 e.g. "name: sgemm (SIMT)", or "op dtype fp32, no TF32 token"), with the precision of the
 operator that launched them, so a diagnosis can tell FP32-without-TF32 from 16-bit GEMMs that
 fell off the fast path.
+
+`tensor_core_impact` prices moving them onto the Tensor Cores (TA005's impact model).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
 import polars as pl
 
-from traceanalyzer.analyses.windows import DEVICE_KEY
+from traceanalyzer.analyses.windows import DEVICE_KEY, StepCounts
 
 #: How many kernels per device the summary keeps.
 DEFAULT_TOP_NON_TC = 5
@@ -43,3 +49,87 @@ def non_tensor_core_gemms(kernels: pl.DataFrame, top_n: int = DEFAULT_TOP_NON_TC
         .head(top_n)
         .collect()
     )
+
+
+def non_tc_kernels(non_tc: pl.DataFrame, rank: int, device: int, n: int) -> list[dict[str, Any]]:
+    """The first `n` GEMM kernels of (rank, device) judged off the Tensor Cores, with their
+    evidence (name, evidence, op_dtype, count, total_ns): `non_tc` is
+    `non_tensor_core_gemms`' summary (Metrics.non_tc_gemms), most time first."""
+    cols = ["name", "evidence", "op_dtype", "count", "total_ns"]
+    mine = non_tc.filter((pl.col("rank") == rank) & (pl.col("device") == device))
+    return mine.head(n).select(cols).to_dicts()
+
+
+#: How much faster GEMMs get on the Tensor Cores, conservatively (peak ratios are 7-16x).
+TC_SPEEDUP = 3.0
+
+
+@dataclass(frozen=True, slots=True)
+class TensorCoreImpact:
+    """What moving one device's GEMMs onto the Tensor Cores saves (TA005's impact model,
+    `tensor_core_impact`).
+
+    - `gemm_ns`, `kernel_ns`, `tc_ns`, `unknown_ns`: the device's GEMM-class kernel time, all
+      its kernel time, the GEMM time on the Tensor Cores and the GEMM time no verdict was
+      reached for (Metrics.devices);
+    - `non_tc_ns`: the GEMM time judged off the Tensor Cores (never negative);
+    - `impact_ns`: what running it TC_SPEEDUP times faster saves per steady step (None
+      without steps); `ceiling_ns`: `non_tc_ns` per steady step (None without steps).
+    """
+
+    rank: int
+    device: int
+    gemm_ns: int
+    kernel_ns: int
+    tc_ns: int | None
+    unknown_ns: int | None
+    non_tc_ns: int
+    impact_ns: int | None
+    ceiling_ns: int | None
+
+
+def tensor_core_impact(
+    devices: pl.DataFrame,
+    critical_steps: pl.DataFrame,
+    savings: Mapping[tuple[int, str], int],
+    counts: StepCounts,
+) -> tuple[TensorCoreImpact, ...]:
+    """Each device's TensorCoreImpact, in the order of `devices` (Metrics.devices).
+
+    The off-Tensor-Core GEMMs made TC_SPEEDUP times faster save `1 - 1/TC_SPEEDUP` of their
+    time. On the critical path, that is the `gemm_2x` what-if (`savings[rank, "gemm_2x"]`:
+    every GEMM twice as fast) scaled to the off share of GEMM time and to the gain, and no
+    more than that share and gain of the GEMM time on the path (`critical_steps`' mean
+    `gpu_gemm_ns`): a host-bound step gains nothing from faster kernels. Without a critical
+    path, the gain of the off time per step. `counts`: the steps each device's window
+    holds."""
+    gain = 1 - 1 / TC_SPEEDUP
+    out = []
+    for d in devices.iter_rows(named=True):
+        rank, device = d["rank"], d["device"]
+        gemm, kernel = d["gemm_ns"] or 0, d["kernel_ns"] or 0
+        off = max(0, gemm - (d["tc_ns"] or 0) - (d["unknown_ns"] or 0))
+        share = off / gemm if gemm else 0.0
+        saving_2x = savings.get((rank, "gemm_2x"))
+        path = critical_steps.filter(pl.col("rank") == rank)["gpu_gemm_ns"].mean()
+        impact: int | None
+        if saving_2x is None or path is None:
+            per_step = counts.per_step(off, rank, device)
+            impact = round(per_step * gain) if per_step is not None else None
+        else:
+            scaled = saving_2x * share * gain / 0.5
+            impact = round(min(scaled, float(path) * share * gain))  # type: ignore[arg-type]
+        out.append(
+            TensorCoreImpact(
+                rank=rank,
+                device=device,
+                gemm_ns=gemm,
+                kernel_ns=kernel,
+                tc_ns=d["tc_ns"],
+                unknown_ns=d["unknown_ns"],
+                non_tc_ns=off,
+                impact_ns=impact,
+                ceiling_ns=counts.per_step(off, rank, device),
+            )
+        )
+    return tuple(out)

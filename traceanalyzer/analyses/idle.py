@@ -27,12 +27,14 @@ as `host_wait`. Each gap also gets its dominant cause (`cause`), for listing.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import polars as pl
 
 from traceanalyzer.analyses.intervals import busy_before, sort_stable, union
 from traceanalyzer.analyses.kernels import histogram_edges
-from traceanalyzer.analyses.windows import DEVICE_KEY
+from traceanalyzer.analyses.windows import DEVICE_KEY, StepCounts
 from traceanalyzer.model import Kind, Timeline
 
 #: Gaps up to this long, ended by a launch issued after the gap began, are launch overhead.
@@ -536,6 +538,105 @@ def sync_sites_summary(calls: pl.DataFrame, steps_per_rank: pl.DataFrame) -> pl.
         )
         .collect()
     )
+
+
+@dataclass(frozen=True, slots=True)
+class SyncSites:
+    """The sync sites of a rank called at least a given number of times per step
+    (`SyncImpact.frequent`): `rows` (Metrics.sync_sites' rows: name, op, site, count, steps,
+    idle_ns, per_step...), most calls per step first, then most idle, then by name, op and
+    site; `per_step` and `idle_ns` their sums."""
+
+    rows: tuple[dict[str, Any], ...]
+    per_step: float
+    idle_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class SyncImpact:
+    """What one rank's host syncs cost its GPU (TA002's impact model, `sync_impact`).
+
+    - `sites`: the rank's sync sites (Metrics.sync_sites' rows), most calls per step
+      first, then most idle, then by name, op and site;
+    - `idle_with_refill_ns`: over the window, in every gap during which a sync was in
+      progress, the idle while it waited plus the refill after it returned;
+    - `rank_idle_ns`: the idle of the rank's most idle device over the window;
+    - `impact_ns`: `idle_with_refill_ns` per steady step: what removing the syncs saves;
+    - `ceiling_ns`: `rank_idle_ns` per steady step: removing syncs saves at most the GPU's
+      idle. Both per step of the rank's device with the most steps; None without steps.
+    """
+
+    rank: int
+    sites: pl.DataFrame
+    idle_with_refill_ns: int
+    rank_idle_ns: int
+    impact_ns: int | None
+    ceiling_ns: int | None
+
+    def frequent(self, min_per_step: float) -> SyncSites:
+        """The sites called at least `min_per_step` times per step (none without steps)."""
+        mine = self.sites.filter(pl.col("per_step") >= min_per_step)
+        return SyncSites(
+            rows=tuple(mine.iter_rows(named=True)),
+            per_step=float(mine["per_step"].sum()),
+            idle_ns=int(mine["idle_ns"].sum()),
+        )
+
+
+def sync_impact(
+    gaps: pl.DataFrame,
+    devices: pl.DataFrame,
+    sites: pl.DataFrame,
+    counts: StepCounts,
+    launch_gap_max_ns: int,
+) -> tuple[SyncImpact, ...]:
+    """Each rank's SyncImpact, in order of rank (every rank with a device or a sync site).
+
+    The syncs' GPU idle: in every gap during which a sync was in progress (`gaps.sync_ns`),
+    the idle while it waited plus the refill after it returned (the host queued nothing
+    while it waited, so the GPU also waits for the next launch). CPU time blocked in the call
+    while the GPU is busy is not counted: removing the sync does not give it back.
+
+    The refill is the sync's up to how far the host was ahead: a host that waited A ns in
+    the call while the GPU still worked would, without the sync, have queued work A ns ahead
+    of the GPU, which covers a refill up to A (a GPU-bound run: the whole refill); a host
+    that was not ahead (a sync that waited a few µs) is the host's own after the launch-gap
+    limit `launch_gap_max_ns` (TA001). The sync's start is known where the call was named
+    (a host thread).
+
+    `gaps`, `devices`, `sites`: Metrics.gaps, .devices and .sync_sites; `counts`: the
+    steps each device's window holds."""
+    ahead = (pl.col("start_ns") - pl.col("sync_start_ns")).fill_null(0)
+    cap = pl.max_horizontal(ahead, pl.lit(launch_gap_max_ns))
+    refill = pl.min_horizontal(pl.col("gap_ns") - pl.col("sync_ns"), cap)
+    bubble = dict(
+        gaps.filter(pl.col("sync_ns") > 0)
+        .group_by("rank")
+        .agg((pl.col("sync_ns") + refill).sum())
+        .iter_rows()
+    )
+    idle = dict(devices.group_by("rank").agg(pl.col("idle_ns").max()).iter_rows())
+    ranks = sorted(set(devices["rank"].to_list()) | set(sites["rank"].to_list()))
+    listed = sites.sort(
+        ["per_step", "idle_ns", "name", "op", "site"],
+        descending=[True, True, False, False, False],
+        nulls_last=True,
+    )
+    out = []
+    for rank in ranks:
+        n = counts.most_on(rank)
+        own, most = int(bubble.get(rank) or 0), int(idle.get(rank) or 0)
+        out.append(
+            SyncImpact(
+                rank=rank,
+                sites=listed.filter(pl.col("rank") == rank),
+                idle_with_refill_ns=own,
+                rank_idle_ns=most,
+                impact_ns=own // n if n else None,
+                ceiling_ns=most // n if n else None,
+            )
+        )
+    return tuple(out)
 
 
 def syncs_per_step(calls: pl.DataFrame) -> pl.DataFrame:

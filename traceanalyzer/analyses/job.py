@@ -17,18 +17,23 @@ import polars as pl
 from traceanalyzer.analyses import (
     collectives,
     context,
+    copies,
     critical_path,
     flops,
+    fusion,
+    gemm_units,
     idle,
     imbalance,
     kernels,
     memory,
     overlap,
+    shapes,
+    startup,
     steady,
 )
 from traceanalyzer.analyses.metrics import Metrics
 from traceanalyzer.analyses.rank import Flagged, Options, RankPart
-from traceanalyzer.analyses.windows import DEVICE_KEY
+from traceanalyzer.analyses.windows import DEVICE_KEY, step_counts
 from traceanalyzer.timings import stage
 
 Rerun = Callable[[list[int], Flagged, bool | None], list[RankPart]]
@@ -146,8 +151,23 @@ def _merge(
     slowest = balance.slowest if steps.height else None
     if slowest is None and rank_waits.height > 1:
         slowest = int(rank_waits.sort("wait_ns", "rank")["rank"][0])
+    by_steps = any(p.has_steps for p in parts)
+    counts = step_counts(steps, by_steps)
+    copied = _concat(parts, "copies")
+    savings = critical_path.mean_savings(paths.what_if)
+    matmuls = _longest_first(
+        parts, "matmul_shapes", ["rank", "device", "op_name", "m", "n", "k", "dtype"], True
+    )
+    infos = [d for p in parts for d in p.meta.devices]
+    per_device_comm = _concat(parts, "collectives")
+    grown = memory.growth(peaks)
+    mem_model, mem_patterns = _concat(parts, "memory_model"), _concat(parts, "fusion_patterns")
+    once, once_idle = _concat(parts, "startup"), _concat(parts, "startup_idle")
+    top_kernels = kernels.top_of(_concat(parts, "kernel_names"), opts.top_n)
+    kernel_classes = kernels.classes_of(_concat(parts, "kernel_classes"))
+    sync_sites = idle.sync_sites_summary(sync_calls, _concat(parts, "steps_per_rank"))
     return Metrics(
-        basis="steps" if any(p.has_steps for p in parts) else "trace",
+        basis="steps" if by_steps else "trace",
         windows=wins,
         devices=dev,
         steps=steps,
@@ -155,8 +175,8 @@ def _merge(
         launch_size_histogram=_histogram(
             parts, "launch_size_histogram", "lo_threads", "hi_threads"
         ),
-        top_kernels=kernels.top_of(_concat(parts, "kernel_names"), opts.top_n),
-        kernel_classes=kernels.classes_of(_concat(parts, "kernel_classes")),
+        top_kernels=top_kernels,
+        kernel_classes=kernel_classes,
         kernel_names=_all_names(_concat(parts, "kernel_names")),
         kernel_count=count,
         kernel_total_ns=total,
@@ -165,48 +185,56 @@ def _merge(
         gaps=gaps,
         gap_histogram=_histogram(parts, "gap_histogram", "lo_ns", "hi_ns"),
         sync_calls=sync_calls,
-        collectives=_concat(parts, "collectives"),
+        collectives=per_device_comm,
         rank_waits=rank_waits,
         collective_split=split,
         flops=flops.device_flops(
             _concat(parts, "op_flops"),
             steps,
             wins,
-            [d for p in parts for d in p.meta.devices],
+            infos,
             dev.select(*key, "gemm_ns"),
         ),
         host_phases=_concat(parts, "host_phases"),
         kernel_phases=_concat(parts, "kernel_phases"),
         attention=_concat(parts, "attention"),
-        memory_model=_concat(parts, "memory_model"),
-        fusion_patterns=_concat(parts, "fusion_patterns"),
-        startup=_concat(parts, "startup"),
+        memory_model=mem_model,
+        fusion_patterns=mem_patterns,
+        startup=once,
         periods=steady.loop_periods(_concat(parts, "step_hosts"), steps),
-        startup_idle=_concat(parts, "startup_idle"),
+        startup_idle=once_idle,
         balance=balance,
-        copies=_concat(parts, "copies"),
+        copies=copied,
         launch_gap_max_ns=opts.launch_gap_max_ns,
-        sync_sites=idle.sync_sites_summary(sync_calls, _concat(parts, "steps_per_rank")),
+        sync_sites=sync_sites,
         syncs_per_step=idle.syncs_per_step(sync_calls),
         slowest_rank=slowest,
         bandwidth=_longest_first(parts, "bandwidth", ["rank", "device", "op_name"]),
-        matmul_shapes=_longest_first(
-            parts,
-            "matmul_shapes",
-            ["rank", "device", "op_name", "m", "n", "k", "dtype"],
-            nulls_last=True,
-        ),
+        matmul_shapes=matmuls,
         memory_peaks=peaks,
         non_tc_gemms=_concat(parts, "non_tc_gemms"),
         early_starts=_concat(parts, "early_starts"),
         timeline_bins=bins,
-        memory_growth=memory.growth(peaks),
+        memory_growth=grown,
         critical_steps=paths.steps,
         what_if=paths.what_if,
         excluded_steps=steady.excluded_rows(per_step, flagged),
         warmup_steps=_concat(parts, "warmup_steps"),
         outside_window=_concat(parts, "outside_window"),
         facts=context.RunFacts.merge([p.facts for p in parts]),
+        step_counts=counts,
+        # the impact models: what each fix saves per steady step, and the most it can
+        memory_impact_model=fusion.memory_impact(
+            mem_model, mem_patterns, paths.steps, savings, counts
+        ),
+        sync_model=idle.sync_impact(gaps, dev, sync_sites, counts, opts.launch_gap_max_ns),
+        pageable_model=copies.pageable_impact(copied, counts),
+        tensor_core_model=gemm_units.tensor_core_impact(dev, paths.steps, savings, counts),
+        shape_model=shapes.shape_impact(matmuls, dev, infos, counts),
+        overlap_model=collectives.overlap_impact(dev, per_device_comm, split, savings, counts),
+        cast_model=kernels.cast_impact(kernel_classes, top_kernels, paths.steps, counts),
+        memory_runway=memory.runway(grown, peaks, infos),
+        startup_model=startup.per_device(dev, once, once_idle),
     )
 
 

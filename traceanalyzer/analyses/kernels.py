@@ -1,8 +1,15 @@
-"""Kernel duration histogram and the top kernels by time, inside the windows."""
+"""Kernel duration histogram and the top kernels by time, inside the windows; what cutting
+the copy and cast kernels saves (`cast_impact`)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import polars as pl
+
+from traceanalyzer.analyses.classify import class_of
+from traceanalyzer.analyses.windows import StepCounts
 
 _MANTISSAS = (1, 2, 5)
 
@@ -157,4 +164,64 @@ def classes_of(totals: pl.DataFrame) -> pl.DataFrame:
         summed.sort(["total_ns", "kernel_class"], descending=[True, False], nulls_last=True)
         .rechunk()
         .with_columns(share=(pl.col("total_ns") / total) if total else pl.lit(None, pl.Float64))
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CastImpact:
+    """What cutting the job's copy and dtype-cast kernels saves (TA010's impact model,
+    `cast_impact`).
+
+    - `copy_cast_ns`, `copy_cast_count`: the copy/cast kernels' time and count in the
+      windows, all devices together; `compute_ns`: every non-communication kernel's time;
+    - `top_kernels`: the top kernels (Metrics.top_kernels) that are copies or casts (name,
+      count, total_ns), most time first;
+    - `impact_ns`: the copy/cast time on the critical path per sampled step, of the rank with
+      the most (all of it without step markers: the window is one step), under the ceiling;
+      None with steps but no critical path;
+    - `ceiling_ns`: the copy/cast time per steady step (an upper bound for each rank's; the
+      whole window's without step markers): a fix removes at most all of it. None without
+      steps.
+    """
+
+    copy_cast_ns: int
+    copy_cast_count: int
+    compute_ns: int
+    top_kernels: tuple[dict[str, Any], ...]
+    impact_ns: int | None
+    ceiling_ns: int | None
+
+
+def cast_impact(
+    kernel_classes: pl.DataFrame,
+    top_kernels: pl.DataFrame,
+    critical_steps: pl.DataFrame,
+    counts: StepCounts,
+) -> CastImpact:
+    """The job's CastImpact. `kernel_classes`, `top_kernels`, `critical_steps`: Metrics';
+    `counts`: the steps each device's window holds (the ceiling divides by the most steps
+    any device holds)."""
+    classes = {r["kernel_class"]: r for r in kernel_classes.to_dicts()}
+    compute = sum(r["total_ns"] for c, r in classes.items() if c != "comm")
+    casts = classes.get("copy_cast", {"total_ns": 0, "count": 0})
+    total = casts["total_ns"]
+    top = top_kernels.filter(class_of(pl.col("name")) == "copy_cast")
+    impact = total if not counts.by_steps else None  # the window is one step
+    if critical_steps.height:
+        by_rank = critical_steps.group_by("rank").agg(pl.col("gpu_copy_cast_ns").mean())
+        impact = round(float(by_rank["gpu_copy_cast_ns"].max() or 0))  # type: ignore[arg-type]
+    if not counts.by_steps:
+        ceiling: int | None = total
+    else:
+        n = counts.most_on()
+        ceiling = round(total / n) if n else None
+    if impact is not None and ceiling is not None:
+        impact = min(impact, ceiling)  # the sampled steps' path, never above all casts
+    return CastImpact(
+        copy_cast_ns=total,
+        copy_cast_count=casts["count"],
+        compute_ns=compute,
+        top_kernels=tuple(top.select("name", "count", "total_ns").to_dicts()),
+        impact_ns=impact,
+        ceiling_ns=ceiling,
     )

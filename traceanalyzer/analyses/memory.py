@@ -3,14 +3,18 @@
 Within a step, allocated memory should rise and fall back (a sawtooth: activations freed
 after backward). If the peak of each step is higher than the last, something is kept alive
 from step to step: a leak (tensors appended to a list, a graph kept by a stored loss).
+`runway` says how many steps of such growth the device's memory has left.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 import polars as pl
 
 from traceanalyzer.analyses.intervals import in_ranges
-from traceanalyzer.model import Kind, Timeline
+from traceanalyzer.model import DeviceInfo, Kind, Timeline
 
 
 def step_peaks(timeline: Timeline, markers: pl.LazyFrame) -> pl.DataFrame:
@@ -60,3 +64,65 @@ def growth(peaks: pl.DataFrame) -> pl.DataFrame:
         .sort(key)
         .collect()
     )
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRunway:
+    """One device's step peaks and how soon their growth fills its memory (`runway`; TA011
+    reads it).
+
+    - `steps`, `first_peak_bytes`, `last_peak_bytes`, `growth_bytes`, `per_step_bytes`,
+      `rising_share`: the device's row of `growth` (Metrics.memory_growth);
+    - `step_peaks_bytes`: each step's peak, in order (Metrics.memory_peaks);
+    - `device_memory_bytes`: the device's memory (None where the trace does not say);
+    - `steps_to_oom`: the steps until the peak reaches it at `per_step_bytes` (None without
+      the device's memory or without growth).
+    """
+
+    rank: int
+    device: int
+    steps: int
+    first_peak_bytes: int | None
+    last_peak_bytes: int | None
+    growth_bytes: int | None
+    per_step_bytes: float | None
+    rising_share: float | None
+    step_peaks_bytes: tuple[int, ...]
+    device_memory_bytes: int | None
+    steps_to_oom: int | None
+
+
+def runway(
+    growth: pl.DataFrame, peaks: pl.DataFrame, devices: Sequence[DeviceInfo]
+) -> tuple[MemoryRunway, ...]:
+    """The MemoryRunway of every device in `growth` (its rows and order); `peaks`:
+    `step_peaks`' rows (Metrics.memory_peaks); `devices`: the trace's devices, for their
+    memory."""
+    sizes = {(d.rank, d.device): d.memory_bytes for d in devices}
+    out = []
+    for g in growth.iter_rows(named=True):
+        rank, device = g["rank"], g["device"]
+        mine = peaks.filter((pl.col("rank") == rank) & (pl.col("device") == device))
+        per_step = g["per_step_bytes"] or 0
+        total = sizes.get((rank, device))
+        to_oom = (
+            max(0, int((total - g["last_peak_bytes"]) // per_step))
+            if total and per_step > 0
+            else None
+        )
+        out.append(
+            MemoryRunway(
+                rank=rank,
+                device=device,
+                steps=g["steps"],
+                first_peak_bytes=g["first_peak_bytes"],
+                last_peak_bytes=g["last_peak_bytes"],
+                growth_bytes=g["growth_bytes"],
+                per_step_bytes=g["per_step_bytes"],
+                rising_share=g["rising_share"],
+                step_peaks_bytes=tuple(mine["peak_bytes"].to_list()),
+                device_memory_bytes=total,
+                steps_to_oom=to_oom,
+            )
+        )
+    return tuple(out)

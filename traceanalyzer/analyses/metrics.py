@@ -10,10 +10,19 @@ import polars as pl
 from traceanalyzer.analyses import fusion, startup, steady
 
 if TYPE_CHECKING:
-    from traceanalyzer.analyses.collectives import CollectiveSplit
+    from traceanalyzer.analyses.collectives import CollectiveSplit, OverlapImpact
+    from traceanalyzer.analyses.copies import PageableImpact
     from traceanalyzer.analyses.facts import RunFacts
     from traceanalyzer.analyses.flops import Flops
+    from traceanalyzer.analyses.fusion import MemoryImpact
+    from traceanalyzer.analyses.gemm_units import TensorCoreImpact
+    from traceanalyzer.analyses.idle import SyncImpact
     from traceanalyzer.analyses.imbalance import RankBalance
+    from traceanalyzer.analyses.kernels import CastImpact
+    from traceanalyzer.analyses.memory import MemoryRunway
+    from traceanalyzer.analyses.shapes import ShapeImpact
+    from traceanalyzer.analyses.startup import DeviceStartup
+    from traceanalyzer.analyses.windows import StepCounts
 
 #: The declared columns of every analysis result, in order: name -> dtype (`pl.Enum` stands
 #: for an Enum of any categories). `Metrics` checks its frames against them when it is built,
@@ -450,6 +459,24 @@ class Metrics:
       (steady.loop_periods), with the shortest and longest step.
     - `balance`: the ranks' own times per steady step, the slowest rank, why, and the price
       of the imbalance (analyses/imbalance.py).
+    - `step_counts`: how many steady steps each device's window holds (windows.StepCounts):
+      what the impact models divide by.
+    - The impact models: what fixing a finding saves per steady step (`impact_ns`) and the
+      most it can save (`ceiling_ns`), with the figures they are computed from, read by the
+      rules. `memory_impact_model`: what fusing the memory-bound kernels saves, on the
+      device where it saves most (fusion.memory_impact); `sync_model`: per rank, the GPU
+      idle of the host syncs (idle.sync_impact);
+      `pageable_model`: per device, what pinning its pageable host-to-device copies saves
+      (copies.pageable_impact); `tensor_core_model`: per device, what moving its GEMMs onto
+      the Tensor Cores saves (gemm_units.tensor_core_impact); `shape_model`: per device,
+      what padding its misaligned matmul shapes saves (shapes.shape_impact);
+      `overlap_model`: per device, what overlapping its exposed communication with compute
+      saves (collectives.overlap_impact); `cast_model`: what cutting the copy and cast
+      kernels saves (kernels.cast_impact).
+    - `memory_runway`: per device of `memory_growth`, its step peaks and the steps until its
+      memory is full at that growth (memory.runway).
+    - `startup_model`: per device, its window, its one-time work, the GPU idle under it and
+      the calls that name it (startup.per_device).
     """
 
     basis: str
@@ -499,6 +526,16 @@ class Metrics:
     startup: pl.DataFrame
     startup_idle: pl.DataFrame
     periods: pl.DataFrame
+    step_counts: StepCounts
+    memory_impact_model: MemoryImpact
+    sync_model: tuple[SyncImpact, ...]
+    pageable_model: tuple[PageableImpact, ...]
+    tensor_core_model: tuple[TensorCoreImpact, ...]
+    shape_model: tuple[ShapeImpact, ...]
+    overlap_model: tuple[OverlapImpact, ...]
+    cast_model: CastImpact
+    memory_runway: tuple[MemoryRunway, ...]
+    startup_model: tuple[DeviceStartup, ...]
 
     def __post_init__(self) -> None:
         for f in fields(self):

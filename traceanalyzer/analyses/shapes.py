@@ -10,15 +10,21 @@ for 16-bit types (16 for 8-bit types, 4 for TF32/fp32). Where the trace records 
 
 The GEMM-class kernels each operator launched (same rank and external id, launch inside the
 operator) give its GPU time.
+
+`shape_impact` prices padding the misaligned ones (TA006's impact model).
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 import polars as pl
 
 from traceanalyzer.analyses.operators import launch_ops, shaped_ops
-from traceanalyzer.analyses.windows import DEVICE_KEY
-from traceanalyzer.model import Timeline
+from traceanalyzer.analyses.windows import DEVICE_KEY, StepCounts
+from traceanalyzer.model import DeviceInfo, Timeline
 
 #: The alignment each element type wants (elements), by the dtype names torch records.
 ALIGN_BY_DTYPE: dict[str, int] = {
@@ -98,3 +104,156 @@ def matmul_shapes(timeline: Timeline, kernels: pl.DataFrame) -> pl.DataFrame:
         )
         .collect()
     )
+
+
+def fewer_rows_ns(shapes: pl.DataFrame, rows: int) -> tuple[int, int]:
+    """The kernel time of the matmul shapes with fewer than `rows` rows (M), and of all of
+    them (`shapes`: Metrics.matmul_shapes): products of a few rows are tokens being decoded."""
+    total = int(shapes["kernel_ns"].sum() or 0)
+    return int(shapes.filter(pl.col("m") < rows)["kernel_ns"].sum() or 0), total
+
+
+def has_misaligned(shapes: pl.DataFrame, rank: int, device: int) -> bool:
+    """Whether (rank, device) runs a misaligned matmul shape (`shapes`: Metrics.matmul_shapes)."""
+    mine = (pl.col("rank") == rank) & (pl.col("device") == device)
+    return shapes.filter(mine & pl.col("misaligned").is_not_null()).height > 0
+
+
+#: Dense 16-bit Tensor Core peak (FLOP/s) by device name; first match wins (field notes).
+PEAK_FLOPS: tuple[tuple[str, float], ...] = (
+    (r"B200|B100", 2250e12),
+    (r"H100|H200|H800|GH200", 990e12),
+    (r"A100|A800", 312e12),
+    (r"V100", 125e12),
+    (r"MI300X", 1307e12),
+    (r"MI250", 383e12),
+)
+#: The share of the peak a well-shaped large GEMM reaches (an 8192^3 bf16 matmul on an H100
+#: runs at about 790 of 990 TFLOP/s).
+ACHIEVABLE = 0.8
+#: Operators whose M, N, K describe the whole product (bmm shapes leave the batch out).
+FLOP_OPS = ["aten::mm", "aten::addmm", "aten::linear"]
+
+
+@dataclass(frozen=True, slots=True)
+class ShapeImpact:
+    """What padding one device's misaligned matmul shapes saves (TA006's impact model,
+    `shape_impact`).
+
+    - `gemm_ns`, `kernel_ns`: the device's GEMM-class and all kernel time (Metrics.devices);
+    - `misaligned`: its misaligned shapes (Metrics.matmul_shapes' rows and order), matrix-
+      vector products left out (only M misaligned, with fewer rows than the tile: M = 1
+      while decoding one token at a time; padding M would do 8x the work in the same time);
+      `misaligned_ns`: their kernel time;
+    - `token_rows`: the rows of the device's linear layers' inputs (batch x tokens): a user
+      cannot pad them the way they pad a weight;
+    - `reference_flops`: the FLOP/s the shapes would run at aligned, `reference` what it is
+      (this device's aligned GEMMs, or ACHIEVABLE of the GPU's peak; None, "unknown",
+      where neither is known);
+    - `excess_ns`: the misaligned time less its time at `reference_flops` (None without a
+      reference); `impact_ns`: it per steady step (None without a reference or steps);
+      `ceiling_ns`: `misaligned_ns` per steady step (None without steps).
+    """
+
+    rank: int
+    device: int
+    gemm_ns: int
+    kernel_ns: int | None
+    misaligned: pl.DataFrame
+    misaligned_ns: int
+    token_rows: frozenset[int]
+    reference_flops: float | None
+    reference: str
+    excess_ns: int | None
+    impact_ns: int | None
+    ceiling_ns: int | None
+
+
+def shape_impact(
+    shapes: pl.DataFrame,
+    devices: pl.DataFrame,
+    infos: Sequence[DeviceInfo],
+    counts: StepCounts,
+) -> tuple[ShapeImpact, ...]:
+    """Each device's ShapeImpact, in the order of `devices` (Metrics.devices).
+
+    The misaligned GEMMs' time minus their time at the throughput the device's aligned GEMMs
+    reach (FLOPs of `aten::mm`/`addmm`/`linear` shapes over their kernel time, 16-bit ones
+    where there are any), or, with no aligned GEMM, at ACHIEVABLE of the GPU's dense 16-bit
+    peak (PEAK_FLOPS, by the device's name in `infos`). `bmm` shapes leave out their batch,
+    so their excess is not counted.
+
+    `shapes`: Metrics.matmul_shapes; `counts`: the steps each device's window holds."""
+    gemv = (pl.col("misaligned") == "M") & (pl.col("m") < pl.col("align"))
+    odd_shapes = shapes.filter(pl.col("misaligned").is_not_null() & ~gemv)
+    names = {(d.rank, d.device): d.name for d in infos}
+    out = []
+    for d in devices.iter_rows(named=True):
+        rank, device = d["rank"], d["device"]
+        mine = (pl.col("rank") == rank) & (pl.col("device") == device)
+        here, odd = shapes.filter(mine), odd_shapes.filter(mine)
+        odd_ns = int(odd["kernel_ns"].sum() or 0)
+        tput, basis = _throughput(here, names.get((rank, device)))
+        excess = _excess_ns(odd, tput) if tput else None
+        out.append(
+            ShapeImpact(
+                rank=rank,
+                device=device,
+                gemm_ns=d["gemm_ns"] or 0,
+                kernel_ns=d["kernel_ns"],
+                misaligned=odd,
+                misaligned_ns=odd_ns,
+                token_rows=_token_rows(here),
+                reference_flops=tput,
+                reference=basis,
+                excess_ns=excess,
+                impact_ns=counts.per_step(excess, rank, device) if excess is not None else None,
+                ceiling_ns=counts.per_step(odd_ns, rank, device),
+            )
+        )
+    return tuple(out)
+
+
+def _flops() -> pl.Expr:
+    """2 M N K per call, times the calls."""
+    return 2 * pl.col("m").cast(pl.Float64) * pl.col("n") * pl.col("k") * pl.col("calls")
+
+
+def _throughput(shapes: pl.DataFrame, device_name: str | None) -> tuple[float | None, str]:
+    """FLOP/s that this device's aligned GEMMs reach (16-bit where it has them), else the
+    GPU's achievable peak; None when neither is known."""
+    aligned = shapes.filter(
+        pl.col("misaligned").is_null()
+        & pl.col("align").is_not_null()
+        & pl.col("op_name").is_in(FLOP_OPS)
+        & (pl.col("kernel_ns") > 0)
+    )
+    half = aligned.filter(pl.col("align") >= 8)
+    ref = half if half.height else aligned
+    if ref.height:
+        flops = float(ref.select(_flops().sum()).item() or 0.0)
+        ns = float(ref["kernel_ns"].sum() or 0)
+        if flops > 0 and ns > 0:
+            return flops / ns * 1e9, "this trace's aligned GEMMs"
+    for pattern, peak in PEAK_FLOPS:
+        if device_name and re.search(pattern, device_name):
+            return peak * ACHIEVABLE, f"{ACHIEVABLE:.0%} of the GPU's peak"
+    return None, "unknown"
+
+
+def _excess_ns(odd: pl.DataFrame, tput: float) -> int:
+    """The misaligned GEMMs' time minus their time at `tput` FLOP/s (never negative)."""
+    mine = odd.filter(pl.col("op_name").is_in(FLOP_OPS))
+    if not mine.height:
+        return 0
+    ideal = mine.with_columns(ideal_ns=_flops() / tput * 1e9)
+    return int(
+        ideal.select((pl.col("kernel_ns") - pl.col("ideal_ns")).clip(lower_bound=0).sum()).item()
+        or 0
+    )
+
+
+def _token_rows(shapes: pl.DataFrame) -> frozenset[int]:
+    """Row counts of the linear layers' inputs (batch x tokens)."""
+    rows = shapes.filter(pl.col("op_name").is_in(["aten::linear", "aten::addmm"]))["m"]
+    return frozenset(int(v) for v in rows.drop_nulls().to_list())

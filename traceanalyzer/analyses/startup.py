@@ -28,6 +28,9 @@ leaves it out of its price, and TA012 names it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import polars as pl
 
 from traceanalyzer.analyses.intervals import clipped_ns, union
@@ -236,3 +239,68 @@ def idle_per_device(calls: pl.DataFrame, gaps: pl.DataFrame) -> pl.DataFrame:
         .collect()
         .cast(IDLE_SCHEMA)  # type: ignore[arg-type]
     )
+
+
+#: One-time calls looked at for a device's list (longest first), and how many it names.
+TOP_SCAN = 50
+LISTED = 3
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceStartup:
+    """One device's one-time work inside its window (`per_device`; TA012 reads it).
+
+    - `window_ns`: the device's window (Metrics.devices);
+    - `startup_ns`, `idle_ns`: the union of its one-time calls and ranges and the GPU idle
+      under it (`idle_per_device`; 0 without one-time work);
+    - `calls`: the longest one-time calls that are not inside one listed before (a
+      compilation range and the ranges it holds are one piece of work): at most LISTED,
+      among the TOP_SCAN longest, with name, op_name, dur_ns, idle_ns.
+    """
+
+    rank: int
+    device: int
+    window_ns: int
+    startup_ns: int
+    idle_ns: int
+    calls: tuple[dict[str, Any], ...]
+
+
+def per_device(
+    devices: pl.DataFrame, calls: pl.DataFrame, idle: pl.DataFrame
+) -> tuple[DeviceStartup, ...]:
+    """Each device's DeviceStartup, in the order of `devices` (Metrics.devices). `calls`:
+    `one_time_calls`' rows, longest first (Metrics.startup); `idle`: `idle_per_device`'s
+    (Metrics.startup_idle)."""
+    out = []
+    for d in devices.iter_rows(named=True):
+        rank, device = d["rank"], d["device"]
+        mine = (pl.col("rank") == rank) & (pl.col("device") == device)
+        row = idle.filter(mine)
+        listed = _outermost(calls.filter(mine).head(TOP_SCAN), LISTED)
+        out.append(
+            DeviceStartup(
+                rank=rank,
+                device=device,
+                window_ns=d["window_ns"],
+                startup_ns=int(row["startup_ns"].sum() or 0),
+                idle_ns=int(row["idle_ns"].sum() or 0),
+                calls=tuple(
+                    {k: c[k] for k in ("name", "op_name", "dur_ns", "idle_ns")} for c in listed
+                ),
+            )
+        )
+    return tuple(out)
+
+
+def _outermost(calls: pl.DataFrame, n: int) -> list[dict[str, Any]]:
+    """The first `n` of `calls` (longest first) that are not inside one listed before (a
+    compilation range and the ranges it holds are one piece of work)."""
+    kept: list[dict[str, Any]] = []
+    for c in calls.iter_rows(named=True):  # at most TOP_SCAN summary rows
+        if any(k["start_ns"] <= c["start_ns"] and c["end_ns"] <= k["end_ns"] for k in kept):
+            continue
+        kept.append(c)
+        if len(kept) == n:
+            break
+    return kept

@@ -16,7 +16,8 @@ Without step markers the window of a device runs from its first to its last GPU 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import polars as pl
 
@@ -306,3 +307,52 @@ def outside_window(work: pl.LazyFrame, windows: pl.LazyFrame) -> pl.LazyFrame:
         )
         .sort(DEVICE_KEY)
     )
+
+
+@dataclass(frozen=True, slots=True)
+class StepCounts:
+    """How many steady steps each device's window holds: what the impact models divide a
+    window's time by to price a finding per step.
+
+    `by_steps`: whether step markers defined the windows (`Metrics.basis == "steps"`);
+    `counts`: (rank, device) -> its rows in `Metrics.steps`; `ranks`: rank -> its distinct
+    steady steps (over its devices). Without step markers a window counts as one step, and
+    both are empty."""
+
+    by_steps: bool
+    counts: Mapping[tuple[int, int], int]
+    ranks: Mapping[int, int]
+
+    def on(self, rank: int, device: int) -> int:
+        """How many steps the window of (rank, device) holds (1 without step markers; 0 for a
+        device without steps in a job whose other devices have them)."""
+        return self.counts.get((rank, device), 0) if self.by_steps else 1
+
+    def per_step(self, ns: int, rank: int, device: int) -> int | None:
+        """`ns` spread over the steps of (rank, device); None without steps."""
+        n = self.on(rank, device)
+        return ns // n if n else None
+
+    def most_on(self, rank: int | None = None) -> int | None:
+        """The most steps any device of `rank` (of the job when None) holds; None where none
+        of them has a step row (and always without step markers, whose steps table is
+        empty)."""
+        n = [c for (r, _d), c in self.counts.items() if rank is None or r == rank]
+        return max(n) if n else None
+
+
+def step_counts(steps: pl.DataFrame, by_steps: bool) -> StepCounts:
+    """The StepCounts of `steps` (Metrics.steps: one row per device and steady step)."""
+    counts = steps.group_by(DEVICE_KEY).len()
+    ranks = steps.group_by("rank").agg(pl.col("step").n_unique())
+    return StepCounts(
+        by_steps=by_steps,
+        counts={(r, d): n for r, d, n in counts.select(*DEVICE_KEY, "len").iter_rows()},
+        ranks=dict(ranks.iter_rows()),
+    )
+
+
+def span_ns(windows: pl.DataFrame) -> int:
+    """The time the windows span together, from the first start to the last end (0 without
+    windows)."""
+    return int(windows.select(pl.col("end_ns").max() - pl.col("start_ns").min()).item() or 0)

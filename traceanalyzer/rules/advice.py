@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import re
 
-import polars as pl
-
+from traceanalyzer.analyses.shapes import fewer_rows_ns
 from traceanalyzer.rules.base import Context
 
 
@@ -68,12 +67,8 @@ def decoding(ctx: Context) -> bool:
     recorded shapes in products of fewer than DECODE_ROWS rows."""
     if ctx.run.get("fused_optimizer") is not None:
         return False
-    shapes = ctx.metrics.matmul_shapes
-    total = int(shapes["kernel_ns"].sum() or 0)
-    if not total:
-        return False
-    few = int(shapes.filter(pl.col("m") < DECODE_ROWS)["kernel_ns"].sum() or 0)
-    return few > total / 2
+    few, total = fewer_rows_ns(ctx.metrics.matmul_shapes, DECODE_ROWS)
+    return bool(total) and few > total / 2
 
 
 def host_phase(ctx: Context, phase: str, ns: int) -> str | None:

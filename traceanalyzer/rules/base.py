@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
 
-import polars as pl
-
 from traceanalyzer.analyses.metrics import Metrics
 from traceanalyzer.model import TraceMeta
 
@@ -186,16 +184,12 @@ class Context:
 
     def steps_on(self, rank: int, device: int) -> int:
         """How many steps the window of (rank, device) holds (without step markers, the
-        window counts as one step)."""
-        if self.metrics.basis == "trace":
-            return 1
-        s = self.metrics.steps
-        return s.filter((pl.col("rank") == rank) & (pl.col("device") == device)).height
+        window counts as one step): `Metrics.step_counts`."""
+        return self.metrics.step_counts.on(rank, device)
 
     def per_step(self, ns: int, rank: int, device: int) -> int | None:
         """`ns` spread over the steps of (rank, device); None without steps."""
-        n = self.steps_on(rank, device)
-        return ns // n if n else None
+        return self.metrics.step_counts.per_step(ns, rank, device)
 
     def devices(self) -> Iterable[dict[str, Any]]:
         """The per-device metrics rows."""
@@ -343,8 +337,3 @@ def launch_bound(ctx: Context, device: dict[str, Any]) -> bool:
 def host_wait_inside_steps(device: dict[str, Any]) -> int:
     """A device's host-wait idle inside steps (all of it without steps)."""
     return int(device["host_wait_ns"] - device["host_wait_between_steps_ns"])
-
-
-def rows(frame: pl.DataFrame) -> list[dict[str, Any]]:
-    """A small summary frame as plain rows (for evidence)."""
-    return frame.to_dicts()

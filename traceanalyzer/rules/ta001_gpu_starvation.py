@@ -6,8 +6,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-import polars as pl
-
 from traceanalyzer.analyses.host_phases import host_phase_medians
 from traceanalyzer.rules import advice as advise
 from traceanalyzer.rules.base import Context, Finding, Rule, Scope, Severity, launch_bound
@@ -165,8 +163,8 @@ PHASE_WORDS = {
 
 def _startup_idle(ctx: Context, rank: int, device: int) -> int:
     """The device's idle under one-time host work (analyses/startup.py)."""
-    rows = ctx.metrics.startup_idle.filter((pl.col("rank") == rank) & (pl.col("device") == device))
-    return int(rows["idle_ns"].sum() or 0)
+    once = {(d.rank, d.device): d.idle_ns for d in ctx.metrics.startup_model}
+    return once.get((rank, device), 0)
 
 
 def _phases(ctx: Context, rank: int) -> dict[str, int] | None:

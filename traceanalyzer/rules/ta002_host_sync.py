@@ -6,8 +6,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-import polars as pl
-
 from traceanalyzer.rules.base import Context, Finding, Rule, Scope, Severity
 from traceanalyzer.rules.examples import Event, cpu_op, launch, launched, py_frame, step
 
@@ -84,74 +82,37 @@ class HostSync(Rule):
     ]
 
     def check(self, ctx: Context, t: Thresholds) -> Iterable[Finding]:
-        sites = ctx.metrics.sync_sites.filter(pl.col("per_step") >= t.min_per_step)
-        for rank in sorted(set(sites["rank"].to_list())):  # one finding per rank
-            mine = sites.filter(pl.col("rank") == rank).sort(
-                ["per_step", "idle_ns", "name", "op", "site"],
-                descending=[True, True, False, False, False],
-                nulls_last=True,
-            )
-            top = mine.row(0, named=True)
-            per_step = float(mine["per_step"].sum())
-            idle = int(mine["idle_ns"].sum())
+        for model in ctx.metrics.sync_model:  # one finding per rank
+            sites = model.frequent(t.min_per_step)
+            if not sites.rows:
+                continue
+            rank, per_step, idle = model.rank, sites.per_step, sites.idle_ns
             where = [
                 f"{s['name']} {s['per_step']:.1f}x from "
                 + (" <- ".join(x for x in (s["op"], s["site"]) if x) or "(no call stack recorded)")
-                for s in mine.head(3).iter_rows(named=True)
+                for s in sites.rows[:3]
             ]
-            bubble = _sync_idle(ctx, rank)
             yield self.finding(
                 ctx,
                 f"rank {rank}: {per_step:.1f} host syncs per step ({'; '.join(where)}); "
                 f"{idle / 1e6:.2f} ms of GPU idle while they waited, "
-                f"{bubble / 1e6:.2f} ms with the refill after them",
+                f"{model.idle_with_refill_ns / 1e6:.2f} ms with the refill after them",
                 {
                     "per_step": per_step,
                     "idle_ns": idle,
-                    "idle_with_refill_ns": bubble,
+                    "idle_with_refill_ns": model.idle_with_refill_ns,
                     "sites": [
                         {k: s[k] for k in ("name", "op", "site", "count", "per_step", "idle_ns")}
-                        for s in mine.iter_rows(named=True)
+                        for s in sites.rows
                     ],
-                    "top_call": top["name"],
+                    "top_call": sites.rows[0]["name"],
                     "threshold_per_step": t.min_per_step,
                 },
                 Scope(rank=rank),
-                _per_step(ctx, rank, bubble),
+                model.impact_ns,
                 _advice(ctx),
-                # removing syncs saves at most the GPU's idle
-                ceiling_ns=_per_step(ctx, rank, _rank_idle(ctx, rank)),
+                ceiling_ns=model.ceiling_ns,  # removing syncs saves at most the GPU's idle
             )
-
-
-def _sync_idle(ctx: Context, rank: int) -> int:
-    """GPU idle the syncs cause on `rank`: in every gap during which a sync was in progress,
-    the idle while it waited plus the refill after it returned (the host queued nothing while
-    it waited, so the GPU also waits for the next launch). CPU time blocked in the call while
-    the GPU is busy is not counted: removing the sync does not give it back.
-
-    The refill is the sync's up to how far the host was ahead: a host that waited A ns in the
-    call while the GPU still worked would, without the sync, have queued work A ns ahead of
-    the GPU, which covers a refill up to A (a GPU-bound run: the whole refill); a host that
-    was not ahead (a sync that waited a few µs) is the host's own after the launch-gap limit
-    (TA001). The sync's start is known where the call was named (a host thread)."""
-    gaps = ctx.metrics.gaps.filter((pl.col("rank") == rank) & (pl.col("sync_ns") > 0))
-    ahead = (pl.col("start_ns") - pl.col("sync_start_ns")).fill_null(0)
-    cap = pl.max_horizontal(ahead, pl.lit(ctx.metrics.launch_gap_max_ns))
-    refill = pl.min_horizontal(pl.col("gap_ns") - pl.col("sync_ns"), cap)
-    return int(gaps.select((pl.col("sync_ns") + refill).sum()).item() or 0)
-
-
-def _rank_idle(ctx: Context, rank: int) -> int:
-    """The GPU idle of the rank's most idle device over the window."""
-    return max((d["idle_ns"] for d in ctx.devices() if d["rank"] == rank), default=0)
-
-
-def _per_step(ctx: Context, rank: int, ns: int) -> int | None:
-    """`ns` per steady step of `rank` (its device with the most steps); None without steps."""
-    steps = ctx.metrics.steps.filter(pl.col("rank") == rank)
-    n = steps.group_by("device").len()["len"].max() if steps.height else None
-    return ns // int(n) if n else None  # type: ignore[arg-type]
 
 
 #: GradScaler's step reads `found_inf` on the host (one sync per step) unless the optimizer

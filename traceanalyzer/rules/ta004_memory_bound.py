@@ -6,9 +6,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-import polars as pl
-
-from traceanalyzer.analyses.fusion import named_layer, price_per_step
+from traceanalyzer.analyses.bandwidth import top_operators
+from traceanalyzer.analyses.fusion import named_layer
 from traceanalyzer.rules import advice as advise
 from traceanalyzer.rules.base import Context, Finding, Rule, Severity
 from traceanalyzer.rules.examples import Event, launched, step
@@ -105,10 +104,10 @@ class MemoryBound(Rule):
         bound = classes.get("memory_bound", 0)
         if not compute or bound / compute < t.min_memory_bound_share:
             return
-        top = _top_operators(ctx.metrics.bandwidth, t.top_operators)
-        price, ceiling, model = _price(ctx)
-        chain, patterns = _top_pattern(ctx, model)
-        layer = named_layer(patterns)
+        top = top_operators(ctx.metrics.bandwidth, t.top_operators)
+        m = ctx.metrics.memory_impact_model
+        price, ceiling, model, chain = m.impact_ns, m.ceiling_ns, m.model, m.top_chain
+        layer = named_layer(m.patterns)
         seen = "; ".join(
             f"{o['op_name']} "
             + (f"{o['gbps']:.0f} GB/s" if o["gbps"] is not None else "above the peak (L2)")
@@ -146,32 +145,6 @@ class MemoryBound(Rule):
         )
 
 
-def _top_operators(bandwidth: pl.DataFrame, n: int) -> list[dict[str, Any]]:
-    """The memory-bound operators with the most kernel time (the analysis sorts them)."""
-    cols = ["rank", "device", "op_name", "ops", "kernel_ns", "gbps", "share_of_peak"]
-    return bandwidth.head(n).select(cols).to_dicts()
-
-
-def _price(ctx: Context) -> tuple[int | None, int | None, dict[str, Any] | None]:
-    """The price, its ceiling and the model's figures of the device that saves the most
-    (analyses/fusion.py: the traffic a fusion removes, under the roof)."""
-    best: tuple[int | None, int | None, dict[str, Any] | None] = (None, None, None)
-    for row in ctx.metrics.memory_model.iter_rows(named=True):
-        rank, device = row["rank"], row["device"]
-        steps = ctx.steps_on(rank, device)
-        path = ctx.metrics.critical_steps.filter(pl.col("rank") == rank)
-        path_ns = path["gpu_memory_bound_ns"].mean() if path.height else None
-        price, ceiling = price_per_step(
-            row,
-            steps,
-            ctx.saving(rank, "memory_bound_2x"),
-            float(path_ns) if path_ns is not None else None,  # type: ignore[arg-type]
-        )
-        if best[0] is None or (price or 0) > best[0]:
-            best = (price, ceiling, row)
-    return best
-
-
 def _model_evidence(model: dict[str, Any] | None) -> dict[str, Any] | None:
     keys = (
         "rank",
@@ -205,30 +178,6 @@ def _model_words(model: dict[str, Any] | None) -> str:
             f"{model['achieved_gbps'] / model['peak_gbps']:.0%} of the peak"
         )
     return words
-
-
-def _top_pattern(
-    ctx: Context, model: dict[str, Any] | None
-) -> tuple[dict[str, Any] | None, list[str]]:
-    """The chain pattern of the priced device whose fusion saves most (per step), and all
-    its listed patterns, most saving first."""
-    if not model:
-        return None, []
-    rank, device = model["rank"], model["device"]
-    rows = ctx.metrics.fusion_patterns.filter(
-        (pl.col("rank") == rank) & (pl.col("device") == device)
-    )
-    if not rows.height:
-        return None, []
-    top = rows.row(0, named=True)
-    steps = ctx.steps_on(rank, device) or 1
-    return {
-        "pattern": top["pattern"],
-        "chains_per_step": top["chains"] / steps,
-        "ops": top["ops"],
-        "kernel_ns_per_step": top["kernel_ns"] // steps,
-        "saving_ns_per_step": top["saving_ns"] // steps,
-    }, rows["pattern"].to_list()
 
 
 def _chain_words(ctx: Context, chain: dict[str, Any] | None, layer: tuple[str, str] | None) -> str:

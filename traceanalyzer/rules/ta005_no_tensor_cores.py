@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
-import polars as pl
-
+from traceanalyzer.analyses.gemm_units import non_tc_kernels
+from traceanalyzer.analyses.shapes import has_misaligned
 from traceanalyzer.rules import advice as advise
 from traceanalyzer.rules.base import Context, Finding, Rule, Scope, Severity
 from traceanalyzer.rules.examples import Event, launched, step
@@ -91,23 +91,21 @@ class NoTensorCores(Rule):
     ]
 
     def check(self, ctx: Context, t: Thresholds) -> Iterable[Finding]:
-        for d in ctx.devices():
-            gemm, kernel = d["gemm_ns"] or 0, d["kernel_ns"] or 0
-            off = gemm - (d["tc_ns"] or 0) - (d["unknown_ns"] or 0)
+        for d in ctx.metrics.tensor_core_model:
+            gemm, kernel, off = d.gemm_ns, d.kernel_ns, d.non_tc_ns
             if not gemm or not kernel or gemm / kernel < t.min_gemm_share:
                 continue
             if off <= 0 or off / gemm < t.min_non_tc_share:
                 continue
-            rank, device = d["rank"], d["device"]
-            kernels = _non_tc_kernels(ctx, rank, device, t.top_kernels)
+            rank, device = d.rank, d.device
+            kernels = non_tc_kernels(ctx.metrics.non_tc_gemms, rank, device, t.top_kernels)
             fp32 = any(
                 k["op_dtype"] == "fp32" or "sgemm" in k["name"].lower() or "scudnn" in k["evidence"]
                 for k in kernels
             )
             half = any(k["op_dtype"] == "half" for k in kernels)
-            odd = _has_odd_shapes(ctx, rank, device)
+            odd = has_misaligned(ctx.metrics.matmul_shapes, rank, device)
             why = "; ".join(f"{_short(k['name'])} ({k['evidence']})" for k in kernels)
-            saving = ctx.saving(rank, "gemm_2x")
             yield self.finding(
                 ctx,
                 f"rank {rank} GPU {device}: {off / gemm:.0%} of GEMM time ({off / 1e6:.2f} ms) "
@@ -116,8 +114,8 @@ class NoTensorCores(Rule):
                 + ("; misaligned shapes, see TA006" if odd else ""),
                 {
                     "gemm_ns": gemm,
-                    "tc_ns": d["tc_ns"],
-                    "unknown_ns": d["unknown_ns"],
+                    "tc_ns": d.tc_ns,
+                    "unknown_ns": d.unknown_ns,
                     "non_tc_ns": off,
                     "non_tc_share_of_gemm": off / gemm,
                     "gemm_share_of_kernel": gemm / kernel,
@@ -128,47 +126,10 @@ class NoTensorCores(Rule):
                     "threshold_share": t.min_non_tc_share,
                 },
                 Scope(rank, device),
-                _impact(ctx, rank, device, saving, off, gemm),
+                d.impact_ns,
                 _advice(fp32, half, odd, advise.arch(ctx, rank, device)),
-                ceiling_ns=ctx.per_step(off, rank, device),
+                ceiling_ns=d.ceiling_ns,
             )
-
-
-#: How much faster GEMMs get on the Tensor Cores, conservatively (peak ratios are 7-16x).
-TC_SPEEDUP = 3.0
-
-
-def _impact(
-    ctx: Context, rank: int, device: int, saving_2x: int | None, off: int, gemm: int
-) -> int | None:
-    """See the docs' Impact estimate."""
-    gain = 1 - 1 / TC_SPEEDUP
-    share = off / gemm
-    path = ctx.metrics.critical_steps.filter(pl.col("rank") == rank)["gpu_gemm_ns"].mean()
-    if saving_2x is None or path is None:
-        per_step = ctx.per_step(off, rank, device)
-        return round(per_step * gain) if per_step is not None else None
-    scaled = saving_2x * share * gain / 0.5
-    return round(min(scaled, float(path) * share * gain))  # type: ignore[arg-type]
-
-
-def _non_tc_kernels(ctx: Context, rank: int, device: int, n: int) -> list[dict[str, Any]]:
-    """The GEMM kernels judged off the Tensor Cores, with their evidence."""
-    cols = ["name", "evidence", "op_dtype", "count", "total_ns"]
-    mine = ctx.metrics.non_tc_gemms.filter((pl.col("rank") == rank) & (pl.col("device") == device))
-    return mine.head(n).select(cols).to_dicts()
-
-
-def _has_odd_shapes(ctx: Context, rank: int, device: int) -> bool:
-    shapes = ctx.metrics.matmul_shapes
-    return (
-        shapes.filter(
-            (pl.col("rank") == rank)
-            & (pl.col("device") == device)
-            & pl.col("misaligned").is_not_null()
-        ).height
-        > 0
-    )
 
 
 def _short(name: str, width: int = 48) -> str:

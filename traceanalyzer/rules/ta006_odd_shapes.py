@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
-
-import polars as pl
 
 from traceanalyzer.rules.base import Context, Finding, Rule, Scope, Severity
 from traceanalyzer.rules.examples import Event, cpu_op, launch, step
@@ -114,21 +111,11 @@ class OddShapes(Rule):
     ]
 
     def check(self, ctx: Context, t: Thresholds) -> Iterable[Finding]:
-        shapes = ctx.metrics.matmul_shapes
-        # a GEMM of fewer rows than the tile (M = 1 when decoding one token per sequence) is
-        # a matrix-vector product: padding M to 8 would do 8x the work in the same time
-        gemv = (pl.col("misaligned") == "M") & (pl.col("m") < pl.col("align"))
-        odd_shapes = shapes.filter(pl.col("misaligned").is_not_null() & ~gemv)
-        names = {(d.rank, d.device): d.name for d in ctx.meta.devices}
-        for d in ctx.devices():
-            rank, device = d["rank"], d["device"]
-            here = shapes.filter((pl.col("rank") == rank) & (pl.col("device") == device))
-            mine = odd_shapes.filter((pl.col("rank") == rank) & (pl.col("device") == device))
-            gemm = d["gemm_ns"] or 0
-            odd = int(mine["kernel_ns"].sum() or 0)
+        for d in ctx.metrics.shape_model:
+            rank, device, gemm, odd = d.rank, d.device, d.gemm_ns, d.misaligned_ns
             if not gemm or not odd or odd / gemm < t.min_misaligned_share:
                 continue
-            tokens = _token_rows(here)
+            mine, tokens = d.misaligned, d.token_rows
             listed = [_shape(s, tokens) for s in mine.head(t.top_shapes).iter_rows(named=True)]
             text = "; ".join(
                 f"{s['op_name']} {s['m']}x{s['n']}x{s['k']} {s['dtype']} ({s['misaligned']} "
@@ -137,11 +124,9 @@ class OddShapes(Rule):
                 + ")"
                 for s in listed
             )
-            tput, basis = _throughput(here, names.get((rank, device)))
-            excess = _excess_ns(mine, tput)
-            impact = ctx.per_step(excess, rank, device) if tput else None
-            whole = ctx.share_of_step(rank, ctx.per_step(odd, rank, device))
-            if impact is None and whole is not None and whole < ctx.policy.min_share:
+            tput, excess = d.reference_flops, d.excess_ns
+            whole = ctx.share_of_step(rank, d.ceiling_ns)
+            if d.impact_ns is None and whole is not None and whole < ctx.policy.min_share:
                 continue  # unpriced, but even all of its time is under the floor
             pads = [p for s in mine.iter_rows(named=True) if (p := _shape(s, tokens)["pad"])]
             yield self.finding(
@@ -149,8 +134,8 @@ class OddShapes(Rule):
                 f"rank {rank} GPU {device}: {odd / gemm:.0%} of GEMM time ({odd / 1e6:.2f} ms) "
                 f"in {mine.height} misaligned matmul shape(s): {text}"
                 + (
-                    f"; at the {tput / 1e12:.0f} TFLOP/s of {basis} they would take "
-                    f"{(odd - excess) / 1e6:.2f} ms"
+                    f"; at the {tput / 1e12:.0f} TFLOP/s of {d.reference} they would take "
+                    f"{(odd - (excess or 0)) / 1e6:.2f} ms"
                     if tput
                     else ""
                 ),
@@ -159,81 +144,17 @@ class OddShapes(Rule):
                     "gemm_ns": gemm,
                     "misaligned_share_of_gemm": odd / gemm,
                     "shapes": listed,
-                    "misaligned_share_of_kernel": odd / d["kernel_ns"] if d["kernel_ns"] else None,
+                    "misaligned_share_of_kernel": odd / d.kernel_ns if d.kernel_ns else None,
                     "reference_tflops": tput / 1e12 if tput else None,
-                    "reference": basis,
-                    "excess_ns": excess if tput else None,
+                    "reference": d.reference,
+                    "excess_ns": excess,
                     "threshold_share": t.min_misaligned_share,
                 },
                 Scope(rank, device),
-                impact,
+                d.impact_ns,
                 _advice(pads),
-                ceiling_ns=ctx.per_step(odd, rank, device),
+                ceiling_ns=d.ceiling_ns,
             )
-
-
-#: Dense 16-bit Tensor Core peak (FLOP/s) by device name; first match wins (field notes).
-PEAK_FLOPS: tuple[tuple[str, float], ...] = (
-    (r"B200|B100", 2250e12),
-    (r"H100|H200|H800|GH200", 990e12),
-    (r"A100|A800", 312e12),
-    (r"V100", 125e12),
-    (r"MI300X", 1307e12),
-    (r"MI250", 383e12),
-)
-#: The share of the peak a well-shaped large GEMM reaches (an 8192^3 bf16 matmul on an H100
-#: runs at about 790 of 990 TFLOP/s).
-ACHIEVABLE = 0.8
-#: Operators whose M, N, K describe the whole product (bmm shapes leave the batch out).
-_FLOP_OPS = ["aten::mm", "aten::addmm", "aten::linear"]
-
-
-def _flops() -> pl.Expr:
-    """2 M N K per call, times the calls."""
-    return 2 * pl.col("m").cast(pl.Float64) * pl.col("n") * pl.col("k") * pl.col("calls")
-
-
-def _throughput(shapes: pl.DataFrame, device_name: str | None) -> tuple[float | None, str]:
-    """FLOP/s that this device's aligned GEMMs reach (16-bit where it has them), else the
-    GPU's achievable peak; None when neither is known."""
-    aligned = shapes.filter(
-        pl.col("misaligned").is_null()
-        & pl.col("align").is_not_null()
-        & pl.col("op_name").is_in(_FLOP_OPS)
-        & (pl.col("kernel_ns") > 0)
-    )
-    half = aligned.filter(pl.col("align") >= 8)
-    ref = half if half.height else aligned
-    if ref.height:
-        flops = float(ref.select(_flops().sum()).item() or 0.0)
-        ns = float(ref["kernel_ns"].sum() or 0)
-        if flops > 0 and ns > 0:
-            return flops / ns * 1e9, "this trace's aligned GEMMs"
-    for pattern, peak in PEAK_FLOPS:
-        if device_name and re.search(pattern, device_name):
-            return peak * ACHIEVABLE, f"{ACHIEVABLE:.0%} of the GPU's peak"
-    return None, "unknown"
-
-
-def _excess_ns(odd: pl.DataFrame, tput: float | None) -> int:
-    """The misaligned GEMMs' time minus their time at `tput` FLOP/s (never negative)."""
-    if not tput:
-        return 0
-    mine = odd.filter(pl.col("op_name").is_in(_FLOP_OPS))
-    if not mine.height:
-        return 0
-    ideal = mine.with_columns(ideal_ns=_flops() / tput * 1e9)
-    return int(
-        ideal.select((pl.col("kernel_ns") - pl.col("ideal_ns")).clip(lower_bound=0).sum()).item()
-        or 0
-    )
-
-
-def _token_rows(shapes: pl.DataFrame) -> set[int]:
-    """Row counts of the linear layers' inputs (batch x tokens): a user cannot pad them the
-    way they pad a weight, so padding advice leaves them out."""
-    rows = shapes.filter(pl.col("op_name").is_in(["aten::linear", "aten::addmm"]))["m"]
-    return {int(v) for v in rows.drop_nulls().to_list()}
 
 
 def _advice(pads: list[str]) -> str:
@@ -253,7 +174,7 @@ def _advice(pads: list[str]) -> str:
     )
 
 
-def _shape(row: dict[str, Any], tokens: set[int]) -> dict[str, Any]:
+def _shape(row: dict[str, Any], tokens: frozenset[int]) -> dict[str, Any]:
     """One shape row with a padding suggestion for each misaligned dimension a user controls
     (not the batch x tokens rows)."""
     pads = []

@@ -6,8 +6,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-import polars as pl
-
 from traceanalyzer.rules.base import Context, Finding, Rule, Scope, Severity
 from traceanalyzer.rules.examples import Event, kernel, launch, launched, step
 
@@ -95,46 +93,21 @@ class CommNotOverlapped(Rule):
     ]
 
     def check(self, ctx: Context, t: Thresholds) -> Iterable[Finding]:
-        split = ctx.metrics.collective_split
-        matched = split.matched
-        per_rank = {r["rank"]: r for r in split.per_rank.iter_rows(named=True)}
-        for d in ctx.devices():
-            window, comm, exposed = d["window_ns"], d["comm_ns"] or 0, d["exposed_comm_ns"] or 0
+        for d in ctx.metrics.overlap_model:
+            window, comm, exposed = d.window_ns, d.comm_ns, d.exposed_ns
             if not window or not comm or exposed / window < t.min_exposed_comm_share:
                 continue
-            share = d["overlap_share"]
+            share = d.overlap_share
             if share is not None and share >= t.max_overlap_share:
                 continue  # overlapped as DDP does it: what stays exposed is the tail
-            rank, device = d["rank"], d["device"]
-            colls = ctx.metrics.collectives.filter(
-                (pl.col("rank") == rank) & (pl.col("device") == device)
-            ).sort(["exposed_ns", "collective"], descending=[True, False], nulls_last=True)
-            top = [
-                {
-                    "collective": str(c["collective"]),
-                    "count": c["count"],
-                    "total_ns": c["total_ns"],
-                    "exposed_ns": c["exposed_ns"],
-                }
-                for c in colls.iter_rows(named=True)
-            ]
-            mine = per_rank.get(rank) or {}
-            wait = mine.get("wait_ns") if matched else None
-            # what overlap can hide is the transfers that ran with nothing beside them; the
-            # waits for a slower rank (TA008) stay whatever overlaps them
-            transfer = mine.get("exposed_transfer_ns") if matched else None
-            hideable = exposed if transfer is None else min(exposed, transfer)
-            if hideable / window < t.min_exposed_comm_share:
+            if d.hideable_ns / window < t.min_exposed_comm_share:
                 continue  # exposed, but waiting for a slower rank: TA008's
-            # overlap hides a transfer under compute that runs beside it: no more than the
-            # compute that runs alone now (the rest already hides communication)
-            beside = max(0, (d["busy_ns"] or 0) - comm)
-            ceiling = min(hideable, beside)
+            top, wait = d.collectives, d.wait_ns
             which = ", ".join(f"{c['collective']} {c['exposed_ns'] / 1e6:.2f} ms" for c in top[:3])
             share = share or 0.0
             yield self.finding(
                 ctx,
-                f"rank {rank} GPU {device}: {exposed / 1e6:.2f} ms of communication "
+                f"rank {d.rank} GPU {d.device}: {exposed / 1e6:.2f} ms of communication "
                 f"({exposed / window:.0%} of the window) runs with no compute beside it; "
                 f"{share:.0%} of communication overlaps compute"
                 + (f" ({which})" if which else "")
@@ -149,22 +122,22 @@ class CommNotOverlapped(Rule):
                     "exposed_comm_ns": exposed,
                     "exposed_comm_share": exposed / window,
                     "overlap_share": share,
-                    "collectives": top,
+                    "collectives": list(top),
                     "rank_wait_ns": wait,
-                    "exposed_wait_ns": mine.get("exposed_wait_ns") if matched else None,
-                    "exposed_transfer_ns": transfer,
-                    "busbw_gbps": mine.get("busbw_gbps"),
+                    "exposed_wait_ns": d.exposed_wait_ns,
+                    "exposed_transfer_ns": d.exposed_transfer_ns,
+                    "busbw_gbps": d.busbw_gbps,
                     "threshold_share": t.min_exposed_comm_share,
                     "threshold_overlap_share": t.max_overlap_share,
-                    "critical_path_saving_ns": ctx.saving(rank, "exposed_comm_hidden"),
-                    "compute_alone_ns": beside,
+                    "critical_path_saving_ns": d.path_saving_ns,
+                    "compute_alone_ns": d.compute_alone_ns,
                 },
-                Scope(rank, device),
-                ctx.per_step(ceiling, rank, device),
+                Scope(d.rank, d.device),
+                d.impact_ns,
                 _advice(ctx, top[0]["collective"] if top else ""),
                 # overlap hides at most the exposed communication, and no more of it than
                 # the compute that runs alone
-                ceiling_ns=ctx.per_step(min(exposed, beside), rank, device),
+                ceiling_ns=d.ceiling_ns,
             )
 
 

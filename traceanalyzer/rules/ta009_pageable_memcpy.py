@@ -6,8 +6,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-import polars as pl
-
 from traceanalyzer.rules.base import Context, Finding, Rule, Scope, Severity
 from traceanalyzer.rules.examples import Event, gpu_op, launch, launched, step
 
@@ -79,24 +77,14 @@ class PageableMemcpy(Rule):
     example_good: ClassVar[list[Event]] = _batch_copy("Pinned")
 
     def check(self, ctx: Context, t: Thresholds) -> Iterable[Finding]:
-        copies = ctx.metrics.copies.filter(
-            (pl.col("copy_kind") == "HtoD") & (pl.col("src_memory") == "pageable")
-        )
-        grouped = copies.group_by("rank", "device").agg(
-            pl.col("count").sum(), pl.col("bytes").sum(), pl.col("time_ns").sum()
-        )
-        for c in grouped.sort("rank", "device").iter_rows(named=True):
-            count, size, time = c["count"], c["bytes"] or 0, c["time_ns"] or 0
+        for c in ctx.metrics.pageable_model:
+            count, size, time, steps = c.count, c.bytes, c.time_ns, c.steps
             if not count or size / count < t.min_copy_bytes:
                 continue
-            rank, device = c["rank"], c["device"]
-            pinned, basis = _pinned_gbps(ctx, rank, device)
-            excess = max(0, round(time - size / pinned)) if time else 0
-            steps = ctx.steps_on(rank, device)
             per_step = f", {count / steps:.1f} per step" if steps else ""
             yield self.finding(
                 ctx,
-                f"rank {rank} GPU {device}: {count} host-to-device "
+                f"rank {c.rank} GPU {c.device}: {count} host-to-device "
                 f"cop{'y' if count == 1 else 'ies'} from pageable memory"
                 f"{per_step}, {size / 1e6:.1f} MB in {time / 1e6:.2f} ms "
                 f"({size / time if time else 0:.1f} GB/s)",
@@ -107,33 +95,11 @@ class PageableMemcpy(Rule):
                     "time_ns": time,
                     "gbps": size / time if time else None,
                     "copies_per_step": count / steps if steps else None,
-                    "pinned_gbps": pinned,
-                    "pinned_basis": basis,
+                    "pinned_gbps": c.pinned_gbps,
+                    "pinned_basis": c.pinned_basis,
                     "threshold_bytes": t.min_copy_bytes,
                 },
-                Scope(rank, device),
-                ctx.per_step(excess, rank, device),
-                ceiling_ns=ctx.per_step(time, rank, device),
+                Scope(c.rank, c.device),
+                c.impact_ns,
+                ceiling_ns=c.ceiling_ns,
             )
-
-
-#: Host-to-device bandwidth of pinned copies where the trace has none: a PCIe 4.0 x16 link
-#: in practice (GB/s, 10^9 bytes/s).
-PINNED_GBPS = 25.0
-#: Pinned copies must move at least this much for their bandwidth to be the reference.
-_MIN_PINNED_BYTES = 1_000_000
-
-
-def _pinned_gbps(ctx: Context, rank: int, device: int) -> tuple[float, str]:
-    """The bandwidth the same bytes would reach pinned: this device's pinned host-to-device
-    copies, else PINNED_GBPS."""
-    pinned = ctx.metrics.copies.filter(
-        (pl.col("rank") == rank)
-        & (pl.col("device") == device)
-        & (pl.col("copy_kind") == "HtoD")
-        & (pl.col("src_memory") == "pinned")
-    )
-    size, time = int(pinned["bytes"].sum() or 0), int(pinned["time_ns"].sum() or 0)
-    if size >= _MIN_PINNED_BYTES and time:
-        return max(size / time, PINNED_GBPS / 4), "this trace's pinned copies"
-    return PINNED_GBPS, "PCIe 4.0 x16 (no pinned copies in the trace)"

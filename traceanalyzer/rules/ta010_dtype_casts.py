@@ -6,9 +6,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-import polars as pl
-
-from traceanalyzer.analyses.classify import class_of
 from traceanalyzer.rules import advice as advise
 from traceanalyzer.rules.base import Context, Finding, Rule, Severity
 from traceanalyzer.rules.examples import Event, launched, step
@@ -81,50 +78,27 @@ class DtypeCasts(Rule):
     ]
 
     def check(self, ctx: Context, t: Thresholds) -> Iterable[Finding]:
-        m = ctx.metrics
-        classes = {r["kernel_class"]: r for r in m.kernel_classes.to_dicts()}
-        compute = sum(r["total_ns"] for c, r in classes.items() if c != "comm")
-        casts = classes.get("copy_cast", {"total_ns": 0, "count": 0})
-        if not compute or casts["total_ns"] / compute < t.min_copy_cast_share:
+        c = ctx.metrics.cast_model
+        casts, count, compute = c.copy_cast_ns, c.copy_cast_count, c.compute_ns
+        if not compute or casts / compute < t.min_copy_cast_share:
             return
-        top = m.top_kernels.filter(class_of(pl.col("name")) == "copy_cast").head(3)
-        names = top.select("name", "count", "total_ns").to_dicts()
-        impact = casts["total_ns"] if m.basis == "trace" else None  # the window is one step
-        if m.critical_steps.height:
-            by_rank = m.critical_steps.group_by("rank").agg(pl.col("gpu_copy_cast_ns").mean())
-            impact = round(float(by_rank["gpu_copy_cast_ns"].max() or 0))  # type: ignore[arg-type]
-        ceiling = _cast_ns_per_step(ctx, casts["total_ns"])
-        if impact is not None and ceiling is not None:
-            impact = min(impact, ceiling)  # the sampled steps' path, never above all casts
         yield self.finding(
             ctx,
-            f"{casts['total_ns'] / compute:.0%} of compute kernel time "
-            f"({casts['total_ns'] / 1e6:.2f} ms in {casts['count']} kernels) is copies and "
-            f"dtype casts",
+            f"{casts / compute:.0%} of compute kernel time "
+            f"({casts / 1e6:.2f} ms in {count} kernels) is copies and dtype casts",
             {
-                "copy_cast_ns": casts["total_ns"],
-                "copy_cast_count": casts["count"],
+                "copy_cast_ns": casts,
+                "copy_cast_count": count,
                 "compute_kernel_ns": compute,
-                "copy_cast_share": casts["total_ns"] / compute,
-                "top_kernels": names,
+                "copy_cast_share": casts / compute,
+                "top_kernels": list(c.top_kernels[:3]),
                 "threshold_share": t.min_copy_cast_share,
             },
             None,
-            impact,
+            c.impact_ns,
             _advice(ctx),
-            ceiling_ns=ceiling,
+            ceiling_ns=c.ceiling_ns,
         )
-
-
-def _cast_ns_per_step(ctx: Context, casts_ns: int) -> int | None:
-    """The copy and cast kernels' time per steady step, all devices' together (an upper
-    bound for each rank's; the window without step markers): a fix removes at most all of
-    it. The price, taken from the sampled steps' critical path, is capped at it."""
-    m = ctx.metrics
-    if m.basis == "trace":
-        return casts_ns
-    n = m.steps.group_by("rank", "device").len()["len"].max() if m.steps.height else None
-    return round(casts_ns / int(n)) if n else None  # type: ignore[arg-type]
 
 
 def _advice(ctx: Context) -> str | None:

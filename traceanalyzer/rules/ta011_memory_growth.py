@@ -6,8 +6,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-import polars as pl
-
 from traceanalyzer.rules.base import Context, Finding, Rule, Scope, Severity
 from traceanalyzer.rules.examples import Event, launched, memory, step
 
@@ -96,23 +94,16 @@ class MemoryGrowth(Rule):
     example_good: ClassVar[list[Event]] = _leaky(grow=False)
 
     def check(self, ctx: Context, t: Thresholds) -> Iterable[Finding]:
-        rows = ctx.metrics.memory_growth.filter(
-            (pl.col("steps") >= t.min_steps)
-            & (pl.col("growth_bytes") >= t.min_growth_bytes)
-            & (pl.col("rising_share") >= t.min_rising_share)
-        )
-        sizes = {(d.rank, d.device): d.memory_bytes for d in ctx.meta.devices}
-        for g in rows.iter_rows(named=True):
-            peaks = ctx.metrics.memory_peaks.filter(
-                (pl.col("rank") == g["rank"]) & (pl.col("device") == g["device"])
-            )
-            per_step = g["per_step_bytes"] or 0
-            total = sizes.get((g["rank"], g["device"]))
-            to_oom = (
-                max(0, int((total - g["last_peak_bytes"]) // per_step))
-                if total and per_step > 0
-                else None
-            )
+        for g in ctx.metrics.memory_runway:
+            if not (
+                g.steps >= t.min_steps
+                and g.growth_bytes is not None
+                and g.growth_bytes >= t.min_growth_bytes
+                and g.rising_share is not None
+                and g.rising_share >= t.min_rising_share
+            ):
+                continue
+            per_step, total, to_oom = g.per_step_bytes or 0, g.device_memory_bytes, g.steps_to_oom
             if to_oom is None:
                 severity = self.default_severity
             elif to_oom <= t.critical_steps_to_oom:
@@ -123,10 +114,10 @@ class MemoryGrowth(Rule):
                 severity = Severity.INFO
             yield self.finding(
                 ctx,
-                f"rank {g['rank']} GPU {g['device']}: the step peak of allocated memory grew "
-                f"by {g['growth_bytes'] / 2**20:.0f} MiB over {g['steps']} steps "
+                f"rank {g.rank} GPU {g.device}: the step peak of allocated memory grew "
+                f"by {g.growth_bytes / 2**20:.0f} MiB over {g.steps} steps "
                 f"(~{per_step / 2**20:.0f} MiB per step, rising in "
-                f"{g['rising_share']:.0%} of steps)"
+                f"{g.rising_share:.0%} of steps)"
                 + (
                     f"; at this rate the {total / 2**30:.0f} GiB of the device is full in "
                     f"~{to_oom} steps"
@@ -134,18 +125,18 @@ class MemoryGrowth(Rule):
                     else ""
                 ),
                 {
-                    "steps": g["steps"],
-                    "first_peak_bytes": g["first_peak_bytes"],
-                    "last_peak_bytes": g["last_peak_bytes"],
-                    "growth_bytes": g["growth_bytes"],
-                    "per_step_bytes": g["per_step_bytes"],
-                    "rising_share": g["rising_share"],
-                    "step_peaks_bytes": peaks["peak_bytes"].to_list(),
+                    "steps": g.steps,
+                    "first_peak_bytes": g.first_peak_bytes,
+                    "last_peak_bytes": g.last_peak_bytes,
+                    "growth_bytes": g.growth_bytes,
+                    "per_step_bytes": g.per_step_bytes,
+                    "rising_share": g.rising_share,
+                    "step_peaks_bytes": list(g.step_peaks_bytes),
                     "bytes_per_step": round(per_step),
                     "device_memory_bytes": total,
                     "steps_to_oom": to_oom,
                 },
-                Scope(g["rank"], g["device"]),
+                Scope(g.rank, g.device),
                 None,  # memory growth costs no step time until it runs out
                 severity=severity,  # by how soon the job runs out of memory
             )

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
-import polars as pl
-
+from traceanalyzer.analyses.windows import span_ns
 from traceanalyzer.model import DataQuality
 from traceanalyzer.rules.base import Context, Finding, Rule, Scope, Severity
 from traceanalyzer.rules.examples import Event, launched, step
@@ -113,8 +112,7 @@ class TraceQuality(Rule):
     def check(self, ctx: Context, t: Thresholds) -> Iterable[Finding]:
         q = ctx.meta.quality
         yield from self.damaged_finding(ctx, t)
-        w = ctx.metrics.windows
-        span = int(w.select(pl.col("end_ns").max() - pl.col("start_ns").min()).item() or 0)
+        span = span_ns(ctx.metrics.windows)
         if q.truncated_files:
             yield self.finding(
                 ctx,
@@ -170,8 +168,7 @@ class TraceQuality(Rule):
                 "NVTX ranges named step_N for Nsight; --step-pattern matches other names.",
             )
             return
-        counts = ctx.metrics.steps.group_by("rank").agg(n=pl.col("step").n_unique())
-        for rank, n in counts.sort("rank").iter_rows():
+        for rank, n in sorted(ctx.metrics.step_counts.ranks.items()):
             if n < t.min_steps:
                 yield self.finding(
                     ctx,
@@ -215,24 +212,14 @@ class TraceQuality(Rule):
 
     def _startup(self, ctx: Context, t: Thresholds) -> Iterable[Finding]:
         """One-time work inside the window (analyses/startup.py), per device."""
-        calls = ctx.metrics.startup
-        for d in ctx.devices():
-            rank, device, window = d["rank"], d["device"], d["window_ns"]
-            row = ctx.metrics.startup_idle.filter(
-                (pl.col("rank") == rank) & (pl.col("device") == device)
-            )
-            once = int(row["startup_ns"].sum() or 0)
+        for d in ctx.metrics.startup_model:
+            rank, device, window, once = d.rank, d.device, d.window_ns, d.startup_ns
             if not window or once < t.min_startup_share * window:
                 continue
-            mine = calls.filter((pl.col("rank") == rank) & (pl.col("device") == device))
-            top = [
-                {k: c[k] for k in ("name", "op_name", "dur_ns", "idle_ns")}
-                for c in _outermost(mine.head(TOP_SCAN), 3)
-            ]
             named = "; ".join(
                 f"{c['dur_ns'] / 1e6:.1f} ms in {c['name']}"
                 + (f" inside {c['op_name']}" if c["op_name"] and c["op_name"] != c["name"] else "")
-                for c in top
+                for c in d.calls
             )
             dominates = once >= t.startup_dominates_share * window
             stepped = ctx.metrics.basis == "steps"
@@ -240,15 +227,15 @@ class TraceQuality(Rule):
                 ctx,
                 f"rank {rank} GPU {device}: the window holds start-up: "
                 f"{once / 1e6:.1f} ms of the {window / 1e6:.1f} ms window is one-time work "
-                f"({named}); the GPU idles {int(row['idle_ns'].sum() or 0) / 1e6:.1f} ms of it"
+                f"({named}); the GPU idles {d.idle_ns / 1e6:.1f} ms of it"
                 + ("; the trace shows start-up, not the loop" if dominates else "")
                 + "; no price here counts it",
                 {
                     "window_ns": window,
                     "startup_ns": once,
                     "startup_share": once / window,
-                    "startup_idle_ns": int(row["idle_ns"].sum() or 0),
-                    "calls": top,
+                    "startup_idle_ns": d.idle_ns,
+                    "calls": list(d.calls),
                     "dominates": dominates,
                     "threshold_share": t.min_startup_share,
                 },
@@ -289,20 +276,3 @@ class TraceQuality(Rule):
 def damaged(q: DataQuality, share: float) -> bool:
     """Whether the reader lost at least `share` of the trace's GPU events (and one)."""
     return q.dropped_gpu > 0 and q.dropped_gpu >= share * (q.dropped_gpu + q.gpu_events)
-
-
-#: One-time calls looked at for the finding's list (longest first).
-TOP_SCAN = 50
-
-
-def _outermost(calls: pl.DataFrame, n: int) -> list[dict[str, Any]]:
-    """The first `n` of `calls` (longest first) that are not inside one listed before (a
-    compilation range and the ranges it holds are one piece of work)."""
-    kept: list[dict[str, Any]] = []
-    for c in calls.iter_rows(named=True):  # at most TOP_SCAN summary rows
-        if any(k["start_ns"] <= c["start_ns"] and c["end_ns"] <= k["end_ns"] for k in kept):
-            continue
-        kept.append(c)
-        if len(kept) == n:
-            break
-    return kept

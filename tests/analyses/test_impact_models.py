@@ -1,0 +1,358 @@
+"""The impact models (what fixing a finding saves per steady step, and the most it can) against
+plain loops over the summary rows they are computed from, on recorded GPU traces.
+
+Each model is an analysis (`Metrics.<name>_model`); the rules only read it. The loops below
+restate each model's docs one row at a time, in plain Python."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from traceanalyzer.analyses import Metrics, analyze
+from traceanalyzer.analyses.shapes import fewer_rows_ns
+from traceanalyzer.readers import read
+
+GPU = Path(__file__).parent.parent / "data" / "gpu"
+
+
+@cache
+def _metrics(name: str) -> Metrics:
+    return analyze(read(GPU / name))
+
+
+def _steps(m: Metrics) -> dict[tuple[int, int], int]:
+    """Steady steps per (rank, device), counted row by row."""
+    out: dict[tuple[int, int], int] = {}
+    for s in m.steps.iter_rows(named=True):
+        out[s["rank"], s["device"]] = out.get((s["rank"], s["device"]), 0) + 1
+    return out
+
+
+def _per_device_step(m: Metrics, ns: int, rank: int, device: int) -> int | None:
+    n = _steps(m).get((rank, device), 0) if m.basis == "steps" else 1
+    return ns // n if n else None
+
+
+@pytest.mark.parametrize("name", ["host_sync.json.gz", "host_sync_gpu_bound.json.gz"])
+def test_sync_model_against_a_loop(name: str) -> None:
+    m = _metrics(name)
+    limit = m.launch_gap_max_ns
+    models = {s.rank: s for s in m.sync_model}
+    assert models, name
+    for rank, got in models.items():
+        bubble = 0
+        for g in m.gaps.iter_rows(named=True):
+            if g["rank"] != rank or g["sync_ns"] <= 0:
+                continue
+            ahead = g["start_ns"] - g["sync_start_ns"] if g["sync_start_ns"] is not None else 0
+            bubble += g["sync_ns"] + min(g["gap_ns"] - g["sync_ns"], max(ahead, limit))
+        idle = max(d["idle_ns"] for d in m.devices.iter_rows(named=True) if d["rank"] == rank)
+        n = max(c for (r, _d), c in _steps(m).items() if r == rank)
+        assert got.idle_with_refill_ns == bubble > 0
+        assert got.rank_idle_ns == idle
+        assert (got.impact_ns, got.ceiling_ns) == (bubble // n, idle // n)
+        assert got.impact_ns <= got.ceiling_ns
+        # the sites called at least once per step, most per step first
+        sites = [
+            s
+            for s in m.sync_sites.iter_rows(named=True)
+            if s["rank"] == rank and s["per_step"] is not None and s["per_step"] >= 1.0
+        ]
+        sites.sort(key=lambda s: (-s["per_step"], -s["idle_ns"], s["name"], s["op"], s["site"]))
+        frequent = got.frequent(1.0)
+        assert list(frequent.rows) == sites and sites
+        assert frequent.per_step == pytest.approx(sum(s["per_step"] for s in sites), rel=1e-12)
+        assert frequent.idle_ns == sum(s["idle_ns"] for s in sites)
+
+
+def test_pageable_model_against_a_loop() -> None:
+    m = _metrics("pageable_copies.json.gz")
+    sums: dict[tuple[int, int, str], list[int]] = {}
+    for c in m.copies.iter_rows(named=True):
+        if c["copy_kind"] == "HtoD":
+            key = (c["rank"], c["device"], c["src_memory"])
+            total = sums.setdefault(key, [0, 0, 0])
+            total[0] += c["count"]
+            total[1] += c["bytes"] or 0
+            total[2] += c["time_ns"] or 0
+    expected = []
+    for (rank, device, memory), (count, size, time) in sorted(sums.items()):
+        if memory != "pageable":
+            continue
+        _n, pinned_bytes, pinned_ns = sums.get((rank, device, "pinned"), [0, 0, 0])
+        gbps = 25.0  # PCIe 4.0 x16, unless the device's own pinned copies say otherwise
+        if pinned_bytes >= 1_000_000 and pinned_ns:
+            gbps = max(pinned_bytes / pinned_ns, 25.0 / 4)
+        excess = max(0, round(time - size / gbps))
+        expected.append(
+            (
+                (rank, device, count, size, time, gbps, excess),
+                (
+                    _per_device_step(m, excess, rank, device),
+                    _per_device_step(m, time, rank, device),
+                ),
+            )
+        )
+    got = [
+        (
+            (c.rank, c.device, c.count, c.bytes, c.time_ns, c.pinned_gbps, c.excess_ns),
+            (c.impact_ns, c.ceiling_ns),
+        )
+        for c in m.pageable_model
+    ]
+    assert got == expected and expected
+    assert all(0 < c.excess_ns <= c.time_ns for c in m.pageable_model)
+
+
+def _mean_by_rank(rows: list[dict], column: str, **match: object) -> dict[int, float]:
+    """The mean of `column` per rank over the rows that match."""
+    sums: dict[int, list[float]] = {}
+    for r in rows:
+        if all(r[k] == v for k, v in match.items()):
+            total = sums.setdefault(r["rank"], [0.0, 0.0])
+            total[0] += r[column]
+            total[1] += 1
+    return {rank: s / n for rank, (s, n) in sums.items()}
+
+
+@pytest.mark.parametrize("name", ["fp32_no_tc.json.gz", "tf32.json.gz"])
+def test_tensor_core_model_against_a_loop(name: str) -> None:
+    m = _metrics(name)
+    saved = _mean_by_rank(m.what_if.to_dicts(), "saved_ns", scenario="gemm_2x")
+    on_path = _mean_by_rank(m.critical_steps.to_dicts(), "gpu_gemm_ns")
+    got = {(d.rank, d.device): d for d in m.tensor_core_model}
+    assert len(got) == m.devices.height
+    off_somewhere = False
+    for d in m.devices.iter_rows(named=True):
+        rank, device = d["rank"], d["device"]
+        off = max(0, d["gemm_ns"] - (d["tc_ns"] or 0) - (d["unknown_ns"] or 0))
+        share = off / d["gemm_ns"] if d["gemm_ns"] else 0.0
+        if rank in saved and rank in on_path:  # the critical path's what-if, scaled
+            impact = round(
+                min(round(saved[rank]) * share * 2 / 3 / 0.5, on_path[rank] * share * 2 / 3)
+            )
+        else:
+            per_step = _per_device_step(m, off, rank, device)
+            impact = round(per_step * 2 / 3) if per_step is not None else None
+        model = got[rank, device]
+        assert (model.gemm_ns, model.non_tc_ns) == (d["gemm_ns"], off)
+        assert model.impact_ns == impact
+        assert model.ceiling_ns == _per_device_step(m, off, rank, device)
+        off_somewhere |= off > 0
+        assert model.impact_ns is None or 0 <= model.impact_ns <= (model.ceiling_ns or 0)
+    assert off_somewhere or name == "tf32.json.gz"
+
+
+def test_shape_model_against_a_loop() -> None:
+    """odd_shapes: an H100 whose GEMMs are all misaligned: priced at 80 % of the bf16 peak."""
+    m = _metrics("odd_shapes.json.gz")
+    names = {(d.rank, d.device): d.name for d in read(GPU / "odd_shapes.json.gz").meta.devices}
+    got = {(d.rank, d.device): d for d in m.shape_model}
+    assert len(got) == m.devices.height
+    for d in m.devices.iter_rows(named=True):
+        rank, device = d["rank"], d["device"]
+        rows = [
+            s
+            for s in m.matmul_shapes.iter_rows(named=True)
+            if (s["rank"], s["device"]) == (rank, device)
+        ]
+        odd = [
+            s
+            for s in rows
+            if s["misaligned"] is not None and not (s["misaligned"] == "M" and s["m"] < s["align"])
+        ]
+        flop_ops = ("aten::mm", "aten::addmm", "aten::linear")
+        aligned = [
+            s
+            for s in rows
+            if s["misaligned"] is None
+            and s["align"] is not None
+            and s["op_name"] in flop_ops
+            and s["kernel_ns"] > 0
+        ]
+        assert not aligned  # every GEMM of this trace is misaligned: the GPU's peak prices it
+        assert "H100" in (names[rank, device] or "")
+        tput = 990e12 * 0.8
+        excess = sum(
+            max(0.0, s["kernel_ns"] - 2 * s["m"] * s["n"] * s["k"] * s["calls"] / tput * 1e9)
+            for s in odd
+            if s["op_name"] in flop_ops
+        )
+        model = got[rank, device]
+        assert model.misaligned.to_dicts() == odd
+        assert model.misaligned_ns == sum(s["kernel_ns"] for s in odd) > 0
+        assert model.reference_flops == tput
+        assert model.excess_ns is not None and abs(model.excess_ns - excess) <= 1
+        assert model.token_rows == {
+            s["m"] for s in rows if s["op_name"] in ("aten::linear", "aten::addmm")
+        }
+        assert model.impact_ns == _per_device_step(m, model.excess_ns, rank, device)
+        assert model.ceiling_ns == _per_device_step(m, model.misaligned_ns, rank, device)
+        assert model.impact_ns is not None and model.ceiling_ns is not None
+        assert 0 < model.impact_ns <= model.ceiling_ns
+
+
+def test_overlap_model_against_a_loop() -> None:
+    """sampled_2rank: two ranks whose matched all-reduces wait for each other, with less
+    compute alone than exposed transfers."""
+    m = analyze(read(Path(__file__).parents[2] / "sample_traces" / "sampled_2rank"))
+    per_rank = {r["rank"]: r for r in m.collective_split.per_rank.iter_rows(named=True)}
+    got = {(d.rank, d.device): d for d in m.overlap_model}
+    assert len(got) == m.devices.height
+    for d in m.devices.iter_rows(named=True):
+        rank, device = d["rank"], d["device"]
+        exposed, comm = d["exposed_comm_ns"], d["comm_ns"]
+        transfer = per_rank[rank]["exposed_transfer_ns"]  # matched across the two ranks
+        hideable = min(exposed, transfer)
+        alone = max(0, d["busy_ns"] - comm)
+        colls = [
+            c
+            for c in m.collectives.iter_rows(named=True)
+            if (c["rank"], c["device"]) == (rank, device)
+        ]
+        colls.sort(key=lambda c: (-c["exposed_ns"], c["collective"]))
+        model = got[rank, device]
+        assert [c["exposed_ns"] for c in model.collectives] == [c["exposed_ns"] for c in colls]
+        assert (model.hideable_ns, model.compute_alone_ns) == (hideable, alone)
+        assert model.wait_ns == per_rank[rank]["wait_ns"]
+        assert model.impact_ns == _per_device_step(m, min(hideable, alone), rank, device)
+        assert model.ceiling_ns == _per_device_step(m, min(exposed, alone), rank, device)
+        assert model.impact_ns is not None and model.ceiling_ns is not None
+        assert 0 < model.impact_ns <= model.ceiling_ns
+        assert hideable < exposed  # the waits for the other rank are not overlap's to hide
+
+
+@pytest.mark.parametrize("name", ["grad_scaler_fp16.json.gz", "startup_nosteps.json.gz"])
+def test_cast_model_against_a_loop(name: str) -> None:
+    m = _metrics(name)
+    casts = count = compute = 0
+    for c in m.kernel_classes.iter_rows(named=True):
+        if c["kernel_class"] != "comm":
+            compute += c["total_ns"]
+        if c["kernel_class"] == "copy_cast":
+            casts, count = c["total_ns"], c["count"]
+    if m.basis == "trace":  # the window is one step
+        ceiling: int | None = casts
+        impact: int | None = casts
+    else:
+        ceiling = round(casts / max(_steps(m).values()))
+        impact = None
+    if m.critical_steps.height:  # the worst rank's mean copy/cast time on the path
+        impact = round(max(_mean_by_rank(m.critical_steps.to_dicts(), "gpu_copy_cast_ns").values()))
+    if impact is not None and ceiling is not None:
+        impact = min(impact, ceiling)
+    model = m.cast_model
+    assert (model.copy_cast_ns, model.copy_cast_count, model.compute_ns) == (casts, count, compute)
+    assert (model.impact_ns, model.ceiling_ns) == (impact, ceiling)
+    assert casts > 0 and model.top_kernels
+    assert all(k["total_ns"] <= casts for k in model.top_kernels)
+
+
+def test_memory_runway_against_a_loop() -> None:
+    """leak: a step peak that grows every step on an H100 of known memory."""
+    m = _metrics("leak.json.gz")
+    sizes = {(d.rank, d.device): d.memory_bytes for d in read(GPU / "leak.json.gz").meta.devices}
+    assert len(m.memory_runway) == m.memory_growth.height > 0
+    for g, row in zip(m.memory_runway, m.memory_growth.iter_rows(named=True), strict=True):
+        peaks = [
+            p["peak_bytes"]
+            for p in m.memory_peaks.iter_rows(named=True)
+            if (p["rank"], p["device"]) == (g.rank, g.device)
+        ]
+        total = sizes[g.rank, g.device]
+        assert total and row["per_step_bytes"] > 0
+        left = total - row["last_peak_bytes"]
+        assert (g.rank, g.device, g.growth_bytes) == (
+            row["rank"],
+            row["device"],
+            row["growth_bytes"],
+        )
+        assert g.step_peaks_bytes == tuple(peaks) and len(peaks) == g.steps
+        assert g.device_memory_bytes == total
+        assert g.steps_to_oom == max(0, int(left // row["per_step_bytes"]))
+
+
+@pytest.mark.parametrize("name", ["cold_start.json.gz", "startup_nosteps.json.gz"])
+def test_startup_model_against_a_loop(name: str) -> None:
+    """startup_nosteps holds the process's start-up in its window; cold_start's warm-up step
+    is left out of the window, and its start-up with it."""
+    m = _metrics(name)
+    got = {(d.rank, d.device): d for d in m.startup_model}
+    assert len(got) == m.devices.height
+    for d in m.devices.iter_rows(named=True):
+        key = (d["rank"], d["device"])
+        once = [r for r in m.startup_idle.iter_rows(named=True) if (r["rank"], r["device"]) == key]
+        calls = [c for c in m.startup.iter_rows(named=True) if (c["rank"], c["device"]) == key]
+        kept: list[dict] = []
+        for c in calls[:50]:  # the longest first; one inside a listed one is the same work
+            if not any(k["start_ns"] <= c["start_ns"] <= c["end_ns"] <= k["end_ns"] for k in kept):
+                kept.append(c)
+        model = got[key]
+        assert model.window_ns == d["window_ns"]
+        assert model.startup_ns == sum(r["startup_ns"] for r in once)
+        assert model.idle_ns == sum(r["idle_ns"] for r in once)
+        assert [c["name"] for c in model.calls] == [c["name"] for c in kept[:3]]
+        assert [c["dur_ns"] for c in model.calls] == sorted(
+            (c["dur_ns"] for c in model.calls), reverse=True
+        )
+    assert any(d.startup_ns > 0 and d.calls for d in m.startup_model) == (
+        name == "startup_nosteps.json.gz"
+    )
+
+
+def test_step_counts_against_a_loop() -> None:
+    m = _metrics("host_sync.json.gz")
+    distinct: dict[int, set[int]] = {}
+    for s in m.steps.iter_rows(named=True):
+        distinct.setdefault(s["rank"], set()).add(s["step"])
+    assert m.step_counts.by_steps
+    assert dict(m.step_counts.counts) == _steps(m)
+    assert dict(m.step_counts.ranks) == {r: len(s) for r, s in distinct.items()}
+    assert m.step_counts.most_on(0) == max(_steps(m).values())
+
+
+@pytest.mark.parametrize("name", ["gelu_manual.json.gz", "memory_bound.json.gz"])
+def test_memory_impact_model_against_a_loop(name: str) -> None:
+    """The device whose fusion saves most, priced from its memory model row: the
+    memory_bound_2x what-if scaled to the fusible share, under the share of the path's
+    memory-bound time and under the roof's ceiling."""
+    m = _metrics(name)
+    saved = _mean_by_rank(m.what_if.to_dicts(), "saved_ns", scenario="memory_bound_2x")
+    on_path = _mean_by_rank(m.critical_steps.to_dicts(), "gpu_memory_bound_ns")
+    best: tuple[int, int | None, dict] | None = None
+    for row in m.memory_model.iter_rows(named=True):
+        rank, device = row["rank"], row["device"]
+        n = _steps(m).get((rank, device), 0) if m.basis == "steps" else 1
+        share = row["fusible_share"]
+        ceiling = (row["ceiling_ns"] if share is not None else row["memory_bound_ns"]) // n
+        share = 0.5 if share is None else share
+        if rank in saved and rank in on_path:
+            price = min(round(saved[rank]) * share / 0.5, on_path[rank] * share)
+        else:
+            price = row["memory_bound_ns"] * share / n
+        price = max(0, round(min(price, ceiling)))
+        if best is None or price > best[0]:
+            best = (price, ceiling, row)
+    assert best is not None and best[0] > 0
+    got = m.memory_impact_model
+    assert (got.impact_ns, got.ceiling_ns, got.model) == best
+    patterns = [
+        p["pattern"]
+        for p in m.fusion_patterns.iter_rows(named=True)
+        if (p["rank"], p["device"]) == (best[2]["rank"], best[2]["device"])
+    ]
+    assert list(got.patterns) == patterns
+    assert got.top_chain is not None and got.top_chain["pattern"] == patterns[0]
+
+
+def test_fewer_rows_against_a_loop() -> None:
+    """decode_greedy_b1: one sequence decoded a token at a time: most GEMM time in M = 1
+    products."""
+    m = _metrics("decode_greedy_b1.json.gz")
+    rows = list(m.matmul_shapes.iter_rows(named=True))
+    few = sum(s["kernel_ns"] for s in rows if s["m"] < 8)
+    assert fewer_rows_ns(m.matmul_shapes, 8) == (few, sum(s["kernel_ns"] for s in rows))
+    assert few > sum(s["kernel_ns"] for s in rows) / 2

@@ -25,8 +25,9 @@ import time
 import numpy as np
 import polars as pl
 
-from traceanalyzer.analyses import idle, windows
-from traceanalyzer.analyses.critical_path import critical_paths, prepare
+from traceanalyzer.analyses.critical_path.critical_path import critical_paths, prepare
+from traceanalyzer.analyses.gpu import idle
+from traceanalyzer.analyses.timeline import windows
 from traceanalyzer.model import EVENT_SCHEMA, Timeline, TraceMeta
 
 GOAL_S = 5.0

@@ -157,4 +157,58 @@ def test_rules_measure_nothing() -> None:
     rules = sorted((PACKAGE / "rules").glob("*.py"))
     assert len(rules) > 13
     assert [p.name for p in rules if _imports_polars(p)] == []
-    assert _imports_polars(PACKAGE / "analyses" / "fusion.py")  # the check sees an import
+    assert _imports_polars(PACKAGE / "analyses" / "gpu" / "fusion.py")  # the check sees an import
+
+
+#: The rooms of `analyses/` (its sub-packages) in the pipeline's order: a room may import
+#: only rooms of a lower rank (two rooms of one rank are independent). The record handed to
+#: the rules (`analyses/metrics.py`, `context.py`, `facts.py`) and the package's `__init__`
+#: sit at the top of `analyses/`, outside the rooms.
+ROOMS: dict[str, int] = {
+    "timeline": 0,
+    "gpu": 1,
+    "host": 1,
+    "critical_path": 2,
+    "distributed": 3,
+}
+ANALYSES_TOP = {"__init__.py", "context.py", "metrics.py", "facts.py"}
+
+
+def _room(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[:2] == ["traceanalyzer", "analyses"] and len(parts) > 2 and parts[2] in ROOMS:
+        return parts[2]
+    return None
+
+
+def test_analyses_is_rooms() -> None:
+    """`analyses/` holds the record handed to the rules and one sub-package per room, each
+    with an `__init__` whose docstring names its public results."""
+    top = PACKAGE / "analyses"
+    assert {p.name for p in top.glob("*.py")} == ANALYSES_TOP
+    rooms = {p.parent.name for p in top.glob("*/__init__.py")}
+    assert rooms == set(ROOMS)
+    assert not list(top.glob("*/*/*.py"))  # one level of rooms
+    for room in rooms:
+        init = top / room / "__init__.py"
+        assert ast.get_docstring(ast.parse(init.read_text())), f"{init} names no results"
+
+
+def test_rooms_follow_the_pipeline() -> None:
+    """Between the rooms of `analyses/`, imports go down the pipeline only (no room imports
+    one of its rank or a higher one), so no cycle can run through rooms."""
+    against = []
+    for a, b in _graph().edges:
+        ra, rb = _room(a), _room(b)
+        if ra and rb and ra != rb and ROOMS[rb] >= ROOMS[ra]:
+            against.append(f"{a} -> {b}")
+    assert not against, "imports against the rooms' order:\n" + "\n".join(against)
+
+
+def test_room_inits_import_nothing() -> None:
+    """A room's `__init__` is its table of contents: it imports no module, so importing one
+    module of a room loads no other and no cycle can pass through an `__init__`."""
+    for room in ROOMS:
+        init = PACKAGE / "analyses" / room / "__init__.py"
+        name = f"traceanalyzer.analyses.{room}"
+        assert _imports(init, name, set(_graph())) == set(), init

@@ -15,7 +15,10 @@ from tests.builders import cpu_op, kernel, launch, step, write_trace
 from tests.conftest import REPO, SAMPLES, corpus
 from tests.test_golden import _rounded
 from traceanalyzer import api, ranks
-from traceanalyzer.analyses import critical_path, idle, rank, steady, windows
+from traceanalyzer.analyses.critical_path import critical_path
+from traceanalyzer.analyses.distributed import rank
+from traceanalyzer.analyses.gpu import idle
+from traceanalyzer.analyses.timeline import steady, windows
 from traceanalyzer.errors import NoGpuEventsError, TraceFormatError
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -26,7 +26,7 @@ import orjson
 import polars as pl
 
 from traceanalyzer import api
-from traceanalyzer.analyses.idle import CAUSES, LAUNCH_GAP_MAX_NS
+from traceanalyzer.analyses.gpu.idle import CAUSES, LAUNCH_GAP_MAX_NS
 from traceanalyzer.config import Settings
 from traceanalyzer.errors import ReportWriteError, TraceFormatError
 from traceanalyzer.model import Timeline

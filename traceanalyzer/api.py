@@ -11,9 +11,9 @@ import polars as pl
 from traceanalyzer import ranks
 from traceanalyzer.analyses import DEFAULT_TOP_KERNELS, Metrics, analyze
 from traceanalyzer.analyses.context import decide
-from traceanalyzer.analyses.critical_path import PATH_KINDS, mean_savings, per_rank
-from traceanalyzer.analyses.idle import LAUNCH_GAP_MAX_NS
-from traceanalyzer.analyses.rank import Options
+from traceanalyzer.analyses.critical_path.critical_path import PATH_KINDS, mean_savings, per_rank
+from traceanalyzer.analyses.distributed.rank import Options
+from traceanalyzer.analyses.gpu.idle import LAUNCH_GAP_MAX_NS
 from traceanalyzer.config import Settings
 from traceanalyzer.model import Timeline, TraceMeta
 from traceanalyzer.readers import read

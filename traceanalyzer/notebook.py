@@ -23,9 +23,9 @@ import polars as pl
 
 from traceanalyzer import api
 from traceanalyzer.analyses import DEFAULT_TOP_KERNELS
-from traceanalyzer.analyses.host_phases import ALL_PHASES
-from traceanalyzer.analyses.idle import CAUSES, LAUNCH_GAP_MAX_NS
-from traceanalyzer.analyses.imbalance import RANK_FIGURES
+from traceanalyzer.analyses.distributed.imbalance import RANK_FIGURES
+from traceanalyzer.analyses.gpu.idle import CAUSES, LAUNCH_GAP_MAX_NS
+from traceanalyzer.analyses.host.host_phases import ALL_PHASES
 from traceanalyzer.analyses.metrics import Metrics
 from traceanalyzer.config import Settings
 from traceanalyzer.model import Timeline, TraceMeta
@@ -328,7 +328,7 @@ class Analysis:
         stream, launch, thread, wait, xstream, arrive, collective, ...), `work_kind`,
         `weight_ns` and `on_path`; the graph's `path_ns` is the step's critical path, as the
         report counts it (`critical_path` entries)."""
-        from traceanalyzer.analyses import critical_path
+        from traceanalyzer.analyses.critical_path import critical_path
 
         steps = self.metrics.critical_steps.filter(pl.col("rank") == rank)
         if steps.height == 0:

@@ -1,10 +1,11 @@
 """A folder of per-rank Chrome traces, reduced rank by rank (issue 15: jobs of many ranks).
 
 Each rank's file is read and analysed alone, in a worker process or on a dask.distributed
-worker (`analyses.rank.analyze_rank`), and only its part (small per-rank tables: see
-`RankPart`) comes back; the job stage (`analyses.job`) merges the parts. No process holds
-more than one rank's events at a time, so memory is bounded by the largest rank, not by the
-job: peak memory is about the workers' (one rank each) plus the parts.
+worker (`analyses.distributed.rank.analyze_rank`), and only its part (small per-rank
+tables: see `RankPart`) comes back; the job stage (`analyses.distributed.job`) merges the
+parts. No process holds more than one rank's events at a time, so memory is bounded by the
+largest rank, not by the job: peak memory is about the workers' (one rank each) plus the
+parts.
 
 The result equals analysing the folder read whole (`analyses.analyze` of `readers.read`):
 the same pipeline runs either way.
@@ -18,9 +19,9 @@ from pathlib import Path
 
 from traceanalyzer import parallel
 from traceanalyzer.analyses import finish, no_gpu_events
-from traceanalyzer.analyses.job import settle
+from traceanalyzer.analyses.distributed.job import settle
+from traceanalyzer.analyses.distributed.rank import Flagged, Options, RankPart, analyze_rank
 from traceanalyzer.analyses.metrics import Metrics
-from traceanalyzer.analyses.rank import Flagged, Options, RankPart, analyze_rank
 from traceanalyzer.model import TraceMeta, combine_meta
 from traceanalyzer.readers import read
 from traceanalyzer.readers.chrome_trace import (

@@ -20,10 +20,10 @@ from typing import Any, TypedDict
 
 import polars as pl
 
-from traceanalyzer.analyses.host_phases import host_phase_medians
-from traceanalyzer.analyses.idle import CAUSES, LONGEST_GAPS, longest_first
-from traceanalyzer.analyses.imbalance import RANK_FIGURES
-from traceanalyzer.analyses.kernels import SMALL_KERNEL_NS
+from traceanalyzer.analyses.distributed.imbalance import RANK_FIGURES
+from traceanalyzer.analyses.gpu.idle import CAUSES, LONGEST_GAPS, longest_first
+from traceanalyzer.analyses.gpu.kernels import SMALL_KERNEL_NS
+from traceanalyzer.analyses.host.host_phases import host_phase_medians
 from traceanalyzer.analyses.metrics import Metrics
 from traceanalyzer.model import TraceMeta
 from traceanalyzer.rules.base import Finding
@@ -240,7 +240,7 @@ class Report:
 TOP_BANDWIDTH_OPS = 15
 
 
-#: The memory-bound model's figures in `devices[].memory` (analyses/fusion.py).
+#: The memory-bound model's figures in `devices[].memory` (analyses/gpu/fusion.py).
 MEMORY_FIGURES = (
     "memory_bound_ns",
     "bytes",
@@ -256,7 +256,7 @@ def _memory_rows(metrics: Metrics) -> dict[tuple[int, int], dict[str, Any]]:
     """Per device with memory-bound kernels: their time, the bytes their operators move,
     the bandwidth they reach against the peak, the share of the bytes a fusion removes, the
     time the bytes left after it take at the peak, and the time of operators without bytes
-    (the model: analyses/fusion.py)."""
+    (the model: analyses/gpu/fusion.py)."""
     return {
         (r["rank"], r["device"]): {k: r[k] for k in MEMORY_FIGURES}
         for r in metrics.memory_model.iter_rows(named=True)
@@ -315,7 +315,7 @@ def _flop_rows(metrics: Metrics) -> dict[tuple[int, int], dict[str, Any]]:
 
 
 def _imbalance(metrics: Metrics) -> dict[str, Any] | None:
-    """The ranks compared (analyses/imbalance.py); null for a single rank."""
+    """The ranks compared (analyses/distributed/imbalance.py); null for a single rank."""
     b = metrics.balance
     if b.slowest is None:
         return None
@@ -662,7 +662,7 @@ def _outside_notes(outside: list[dict[str, Any]], metrics: Metrics) -> list[str]
 
 def _flops_notes(metrics: Metrics) -> list[str]:
     """One note where convolutions launched GEMM-class work whose FLOPs are unknown (the
-    trace records no Concrete Inputs: analyses/flops.py)."""
+    trace records no Concrete Inputs: analyses/gpu/flops.py)."""
     unknown = metrics.flops.unknown
     if unknown.height == 0:
         return []

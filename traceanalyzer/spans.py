@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceanalyzer.analyses import classify
+from traceanalyzer.analyses.gpu import classify
 from traceanalyzer.analyses.metrics import Metrics
 from traceanalyzer.model import Timeline
 from traceanalyzer.rules.base import Finding

@@ -12,7 +12,7 @@ from tests import reference
 from tests.builders import cpu_op, kernel, launch, step, write_trace
 from tests.conftest import SAMPLES
 from traceanalyzer.analyses import analyze
-from traceanalyzer.analyses.bandwidth import DTYPE_BYTES, peak_bandwidth_gbps
+from traceanalyzer.analyses.gpu.bandwidth import DTYPE_BYTES, peak_bandwidth_gbps
 from traceanalyzer.readers import read
 
 ELEMENTWISE = "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>>"

@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 from tests.conftest import REPO
-from traceanalyzer.analyses.classify import (
+from traceanalyzer.analyses.gpu.classify import (
     CLASS_PATTERNS,
     COLLECTIVE_KIND,
     KERNEL_CLASS,

@@ -11,8 +11,13 @@ import pytest
 
 from tests.builders import kernel, launch, step, write_trace
 from tests.conftest import SAMPLES, corpus
-from traceanalyzer.analyses import idle, windows
-from traceanalyzer.analyses.critical_path import PATH_KINDS, CriticalPaths, critical_paths
+from traceanalyzer.analyses.critical_path.critical_path import (
+    PATH_KINDS,
+    CriticalPaths,
+    critical_paths,
+)
+from traceanalyzer.analyses.gpu import idle
+from traceanalyzer.analyses.timeline import windows
 from traceanalyzer.model import Timeline
 from traceanalyzer.readers import read
 

@@ -1,4 +1,4 @@
-"""FLOPs per operator, MFU and the roofline (analyses/flops.py) against plain formulas."""
+"""FLOPs per operator, MFU and the roofline (analyses/gpu/flops.py) against plain formulas."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import SAMPLES, corpus
 from traceanalyzer import api
 from traceanalyzer.analyses import analyze
-from traceanalyzer.analyses.flops import peak_tflops
+from traceanalyzer.analyses.gpu.flops import peak_tflops
 from traceanalyzer.readers import read
 
 CORPUS = corpus()

@@ -1,4 +1,4 @@
-"""Convolution FLOPs (analyses/flops.py) against plain formulas: forward and backward,
+"""Convolution FLOPs (analyses/gpu/flops.py) against plain formulas: forward and backward,
 strides, padding, dilation, groups, transposed, 1-D to 3-D; counted once, for the operator
 that launched the kernels; unknown (and said so) without Concrete Inputs."""
 

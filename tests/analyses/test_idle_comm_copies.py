@@ -13,7 +13,9 @@ import pytest
 
 from tests.builders import cpu_op, gpu_op, kernel, launch, step, write_trace
 from tests.conftest import corpus
-from traceanalyzer.analyses import analyze, idle, windows
+from traceanalyzer.analyses import analyze
+from traceanalyzer.analyses.gpu import idle
+from traceanalyzer.analyses.timeline import windows
 from traceanalyzer.readers import read
 
 

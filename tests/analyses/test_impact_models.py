@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from traceanalyzer.analyses import Metrics, analyze
-from traceanalyzer.analyses.shapes import fewer_rows_ns
+from traceanalyzer.analyses.gpu.shapes import fewer_rows_ns
 from traceanalyzer.readers import read
 
 GPU = Path(__file__).parent.parent / "data" / "gpu"

@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 
 from tests.conftest import SAMPLES, corpus
-from traceanalyzer.analyses import critical_path, idle, longest_path, windows
+from traceanalyzer.analyses.critical_path import critical_path, longest_path
+from traceanalyzer.analyses.gpu import idle
+from traceanalyzer.analyses.timeline import windows
 from traceanalyzer.readers import read
 
 NEG = longest_path.NEG

@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import corpus
 from traceanalyzer import api
-from traceanalyzer.analyses.steady import OUTLIER_FACTOR, _flag
+from traceanalyzer.analyses.timeline.steady import OUTLIER_FACTOR, _flag
 from traceanalyzer.rules.examples import Event, launch, launched, step, write_example
 
 

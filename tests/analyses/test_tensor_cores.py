@@ -9,7 +9,7 @@ import pytest
 
 from tests.builders import cpu_op, kernel, launch, write_trace
 from tests.conftest import REPO, SAMPLES, corpus
-from traceanalyzer.analyses.tensor_cores import (
+from traceanalyzer.analyses.gpu.tensor_cores import (
     EVIDENCE_FP32_OP,
     EVIDENCE_HALF_OP,
     OP_DTYPE,

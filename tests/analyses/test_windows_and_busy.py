@@ -10,8 +10,8 @@ import polars as pl
 from tests.builders import gpu_op, kernel, launch, step, write_trace
 from tests.reference import union_length
 from traceanalyzer.analyses import analyze
-from traceanalyzer.analyses.intervals import busy_before, union
-from traceanalyzer.analyses.kernels import histogram_edges
+from traceanalyzer.analyses.gpu.kernels import histogram_edges
+from traceanalyzer.analyses.timeline.intervals import busy_before, union
 from traceanalyzer.readers import read
 
 
@@ -165,7 +165,7 @@ def _step_names(tmp_path: Path, names: list[str], pattern: str | None) -> list[s
 
 
 def test_step_patterns(tmp_path: Path) -> None:
-    from traceanalyzer.analyses.windows import NVTX_STEP_PATTERN
+    from traceanalyzer.analyses.timeline.windows import NVTX_STEP_PATTERN
 
     names = ["step_12", "iteration 3", "ProfilerStep#5", "train_step", "forward", "Step 7"]
     assert _step_names(tmp_path, names, None) == ["ProfilerStep#5"]

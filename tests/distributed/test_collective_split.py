@@ -1,4 +1,4 @@
-"""The collectives matched across ranks and their time split (analyses/collectives.py)
+"""The collectives matched across ranks and their time split (analyses/distributed/collectives.py)
 against plain loops: a real two-rank trace and tiny hand-made ones."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import corpus
 from traceanalyzer.analyses import analyze
-from traceanalyzer.analyses.imbalance import impact_model
+from traceanalyzer.analyses.distributed.imbalance import impact_model
 from traceanalyzer.readers import read
 from traceanalyzer.rules.examples import kernel, launch, on_rank, step, write_example
 

@@ -14,7 +14,7 @@ import pytest
 from tests.conftest import SAMPLES
 from traceanalyzer import api
 from traceanalyzer.analyses import analyze
-from traceanalyzer.analyses.host_phases import ALL_PHASES
+from traceanalyzer.analyses.host.host_phases import ALL_PHASES
 from traceanalyzer.readers import read
 from traceanalyzer.render.ranks import SHOW_ALL, rank_table
 from traceanalyzer.rules.examples import kernel, launch, on_rank, step, write_example

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import polars as pl
 
-from traceanalyzer.analyses.clock import early_starts
-from traceanalyzer.analyses.gemm_units import non_tensor_core_gemms
+from traceanalyzer.analyses.gpu.gemm_units import non_tensor_core_gemms
+from traceanalyzer.analyses.timeline.clock import early_starts
 from traceanalyzer.readers import read
 from traceanalyzer.rules.examples import kernel, launch, launched, step, write_example
 

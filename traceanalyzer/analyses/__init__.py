@@ -6,9 +6,11 @@ from pathlib import Path
 
 import polars as pl
 
-from traceanalyzer.analyses import idle, job, steady
+from traceanalyzer.analyses.distributed import job
+from traceanalyzer.analyses.distributed.rank import Flagged, Options, RankPart, analyze_rank
+from traceanalyzer.analyses.gpu import idle
 from traceanalyzer.analyses.metrics import Metrics
-from traceanalyzer.analyses.rank import Flagged, Options, RankPart, analyze_rank
+from traceanalyzer.analyses.timeline import steady
 from traceanalyzer.errors import ConfigError, NoGpuEventsError
 from traceanalyzer.model import Timeline
 

@@ -7,22 +7,23 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from traceanalyzer.analyses import fusion, startup, steady
+from traceanalyzer.analyses.gpu import fusion
+from traceanalyzer.analyses.timeline import startup, steady
 
 if TYPE_CHECKING:
-    from traceanalyzer.analyses.collectives import CollectiveSplit, OverlapImpact
-    from traceanalyzer.analyses.copies import PageableImpact
+    from traceanalyzer.analyses.distributed.collectives import CollectiveSplit, OverlapImpact
+    from traceanalyzer.analyses.distributed.imbalance import RankBalance
     from traceanalyzer.analyses.facts import RunFacts
-    from traceanalyzer.analyses.flops import Flops
-    from traceanalyzer.analyses.fusion import MemoryImpact
-    from traceanalyzer.analyses.gemm_units import TensorCoreImpact
-    from traceanalyzer.analyses.idle import SyncImpact
-    from traceanalyzer.analyses.imbalance import RankBalance
-    from traceanalyzer.analyses.kernels import CastImpact
-    from traceanalyzer.analyses.memory import MemoryRunway
-    from traceanalyzer.analyses.shapes import ShapeImpact
-    from traceanalyzer.analyses.startup import DeviceStartup
-    from traceanalyzer.analyses.windows import StepCounts
+    from traceanalyzer.analyses.gpu.copies import PageableImpact
+    from traceanalyzer.analyses.gpu.flops import Flops
+    from traceanalyzer.analyses.gpu.fusion import MemoryImpact
+    from traceanalyzer.analyses.gpu.gemm_units import TensorCoreImpact
+    from traceanalyzer.analyses.gpu.idle import SyncImpact
+    from traceanalyzer.analyses.gpu.kernels import CastImpact
+    from traceanalyzer.analyses.gpu.memory import MemoryRunway
+    from traceanalyzer.analyses.gpu.shapes import ShapeImpact
+    from traceanalyzer.analyses.timeline.startup import DeviceStartup
+    from traceanalyzer.analyses.timeline.windows import StepCounts
 
 #: The declared columns of every analysis result, in order: name -> dtype (`pl.Enum` stands
 #: for an Enum of any categories). `Metrics` checks its frames against them when it is built,
@@ -417,48 +418,48 @@ class Metrics:
     - `bandwidth`: rank, device, op_name, ops, kernel_ns, bytes, gbps, peak_gbps,
       share_of_peak: memory-bound operators' achieved bandwidth (where shapes are recorded).
     - `matmul_shapes`: rank, device, op_name, m, n, k, dtype, calls, kernel_ns, align,
-      misaligned (see analyses/shapes.py).
+      misaligned (see analyses/gpu/shapes.py).
     - `timeline_bins`: rank, device, bin, start_ns, end_ns, busy_ns, `<cause>_ns`: each
       window cut into equal bins (for the timeline strip).
     - `non_tc_gemms`: rank, device, name, evidence, op_dtype, count, total_ns: GEMM kernels
-      off the Tensor Cores (analyses/gemm_units.py); `early_starts`: rank, device, linked,
+      off the Tensor Cores (analyses/gpu/gemm_units.py); `early_starts`: rank, device, linked,
       early, early_share, max_early_ns: GPU work starting before its launch (clock.py).
     - `memory_peaks`: rank, device, step, peak_bytes, end_bytes; `memory_growth`: rank,
       device, steps, first_peak_bytes, last_peak_bytes, growth_bytes, per_step_bytes,
-      rising_share (see analyses/memory.py; empty without memory events).
+      rising_share (see analyses/gpu/memory.py; empty without memory events).
     - `critical_steps`: the critical path per (rank, step): step_ns, path_ns, `<kind>_ns`,
       gpu_<class>_ns, cpu_launch_ns, crosses_ranks; `what_if`: rank, step, scenario,
-      saved_ns (see analyses/critical_path.py).
+      saved_ns (see analyses/critical_path/critical_path.py).
     - `copies`: rank, device, copy_kind, src_memory, dst_memory, count, bytes, time_ns, gbps.
     - `excluded_steps`: rank, step, name, step_ns, reason: warm-up and outlier steps left out
-      of the window (see analyses/steady.py); `warmup_steps`: their rows per device (rank,
+      of the window (see analyses/timeline/steady.py); `warmup_steps`: their rows per device (rank,
       device, step, name, start_ns, end_ns, busy_ns, idle_share, kernel_count).
     - `outside_window`: rank, device, before_count, before_ns, after_count, after_ns: GPU work
       outside each device's window (windows.outside_window).
     - `facts`: what the run context is read off (facts.RunFacts: names, kinds recorded).
     - `collective_split`: every rank's collectives matched across ranks, their time split
       into waiting for peers and transfer, exposed or not, with bytes and bus bandwidth
-      (analyses/collectives.py).
+      (analyses/distributed/collectives.py).
     - `flops`: FLOPs per device and steady step, achieved TFLOP/s, MFU, and the roofline of
-      the matrix and attention operators (analyses/flops.py).
+      the matrix and attention operators (analyses/gpu/flops.py).
     - `host_phases`: rank, step, step_ns and `<phase>_ns` of each steady host step: where
       the host's time goes (data_loading, optimizer, backward, forward, other;
-      analyses/host_phases.py; empty without CPU operators).
+      analyses/host/host_phases.py; empty without CPU operators).
     - `kernel_phases`: rank, phase, kernels, kernel_ns, tiny: the steady steps' kernels by
       the host phase that launched them (host_phases.kernel_phases).
     - `attention`: rank, device, n, t, s, d, causal, backward, ops, calls, kernel_ns,
       fused_ns: attention computed by hand over n x T x S score tensors
-      (analyses/attention.py).
+      (analyses/gpu/attention.py).
     - `memory_model`: per device, the memory-bound kernels' traffic, the part a fusion
-      removes and the roof: what fixing them can save (analyses/fusion.py);
+      removes and the roof: what fixing them can save (analyses/gpu/fusion.py);
       `fusion_patterns`: the operator sequences of the chains whose fusion saves most.
     - `startup`: one-time host calls inside the windows (initialisation, a first launch
-      that loads a library) and the GPU idle under them (analyses/startup.py);
+      that loads a library) and the GPU idle under them (analyses/timeline/startup.py);
       `startup_idle`: per device, their union (startup_ns) and the idle under it (idle_ns).
     - `periods`: per rank, the loop's period over the steady steps, host or GPU side
       (steady.loop_periods), with the shortest and longest step.
     - `balance`: the ranks' own times per steady step, the slowest rank, why, and the price
-      of the imbalance (analyses/imbalance.py).
+      of the imbalance (analyses/distributed/imbalance.py).
     - `step_counts`: how many steady steps each device's window holds (windows.StepCounts):
       what the impact models divide by.
     - The impact models: what fixing a finding saves per steady step (`impact_ns`) and the

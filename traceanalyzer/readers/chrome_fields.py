@@ -98,7 +98,7 @@ COMM_FIELDS = ("Collective name", "In msg nelems", "dtype")
 
 #: The scalar arguments torch.profiler records with the shapes (torch 2.1 and later): the
 #: model keeps them for convolutions only (their stride, padding and dilation give the
-#: output's size, see analyses/flops.py), so they are parsed once a file shows one.
+#: output's size, see analyses/gpu/flops.py), so they are parsed once a file shows one.
 CONV_FIELDS = ("Concrete Inputs",)
 
 

@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator
 
-from traceanalyzer.analyses.idle import CAUSES
+from traceanalyzer.analyses.gpu.idle import CAUSES
 
 #: rcParams for every figure: deterministic ids, text as text, no mathtext from `$` in names.
 SVG_RC: Any = {  # Any: matplotlib types rc_context's keys as a Literal of every rcParam

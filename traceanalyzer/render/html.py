@@ -19,7 +19,7 @@ from typing import Any, TextIO
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
 
-from traceanalyzer.analyses.idle import CAUSES
+from traceanalyzer.analyses.gpu.idle import CAUSES
 from traceanalyzer.render import figures
 from traceanalyzer.render.base import script_json, static_text
 from traceanalyzer.render.markdown_html import markdown_html

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from traceanalyzer.analyses.shapes import fewer_rows_ns
+from traceanalyzer.analyses.gpu.shapes import fewer_rows_ns
 from traceanalyzer.rules.base import Context
 
 

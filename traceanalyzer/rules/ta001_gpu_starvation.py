@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from traceanalyzer.analyses.host_phases import host_phase_medians
+from traceanalyzer.analyses.host.host_phases import host_phase_medians
 from traceanalyzer.rules import advice as advise
 from traceanalyzer.rules.base import Context, Finding, Rule, Scope, Severity, launch_bound
 from traceanalyzer.rules.examples import Event, launched, step
@@ -151,7 +151,7 @@ class GpuStarvation(Rule):
             )
 
 
-#: The phases of a host step (analyses/host_phases.py) in a finding's words.
+#: The phases of a host step (analyses/host/host_phases.py) in a finding's words.
 PHASE_WORDS = {
     "data_loading": "data loading",
     "optimizer": "optimizer.step",
@@ -162,7 +162,7 @@ PHASE_WORDS = {
 
 
 def _startup_idle(ctx: Context, rank: int, device: int) -> int:
-    """The device's idle under one-time host work (analyses/startup.py)."""
+    """The device's idle under one-time host work (analyses/timeline/startup.py)."""
     once = {(d.rank, d.device): d.idle_ns for d in ctx.metrics.startup_model}
     return once.get((rank, device), 0)
 

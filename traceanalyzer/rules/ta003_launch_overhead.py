@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from traceanalyzer.analyses.host_phases import optimizer_tiny_share
+from traceanalyzer.analyses.host.host_phases import optimizer_tiny_share
 from traceanalyzer.rules import advice as advise
 from traceanalyzer.rules.base import (
     Context,

@@ -6,8 +6,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from traceanalyzer.analyses.bandwidth import top_operators
-from traceanalyzer.analyses.fusion import named_layer
+from traceanalyzer.analyses.gpu.bandwidth import top_operators
+from traceanalyzer.analyses.gpu.fusion import named_layer
 from traceanalyzer.rules import advice as advise
 from traceanalyzer.rules.base import Context, Finding, Rule, Severity
 from traceanalyzer.rules.examples import Event, launched, step

@@ -6,8 +6,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from traceanalyzer.analyses.gemm_units import non_tc_kernels
-from traceanalyzer.analyses.shapes import has_misaligned
+from traceanalyzer.analyses.gpu.gemm_units import non_tc_kernels
+from traceanalyzer.analyses.gpu.shapes import has_misaligned
 from traceanalyzer.rules import advice as advise
 from traceanalyzer.rules.base import Context, Finding, Rule, Scope, Severity
 from traceanalyzer.rules.examples import Event, launched, step

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from traceanalyzer.analyses.imbalance import RankBalance
+from traceanalyzer.analyses.distributed.imbalance import RankBalance
 from traceanalyzer.rules.base import Context, Finding, Rule, Scope, Severity
 from traceanalyzer.rules.examples import Event, launch, launched, on_rank, step
 

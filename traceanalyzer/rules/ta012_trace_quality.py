@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from traceanalyzer.analyses.windows import span_ns
+from traceanalyzer.analyses.timeline.windows import span_ns
 from traceanalyzer.model import DataQuality
 from traceanalyzer.rules.base import Context, Finding, Rule, Scope, Severity
 from traceanalyzer.rules.examples import Event, launched, step
@@ -211,7 +211,7 @@ class TraceQuality(Rule):
         )
 
     def _startup(self, ctx: Context, t: Thresholds) -> Iterable[Finding]:
-        """One-time work inside the window (analyses/startup.py), per device."""
+        """One-time work inside the window (analyses/timeline/startup.py), per device."""
         for d in ctx.metrics.startup_model:
             rank, device, window, once = d.rank, d.device, d.window_ns, d.startup_ns
             if not window or once < t.min_startup_share * window:

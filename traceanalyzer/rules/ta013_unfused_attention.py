@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from traceanalyzer.analyses.attention import fused_flops, fused_rate
+from traceanalyzer.analyses.gpu.attention import fused_flops, fused_rate
 from traceanalyzer.rules.base import Context, Finding, Rule, Scope, Severity
 from traceanalyzer.rules.examples import Event, cpu_op, kernel, launch, step
 

@@ -14,26 +14,23 @@ from collections.abc import Callable
 
 import polars as pl
 
-from traceanalyzer.analyses import (
-    collectives,
-    context,
+from traceanalyzer.analyses import context
+from traceanalyzer.analyses.critical_path import critical_path
+from traceanalyzer.analyses.distributed import collectives, imbalance, overlap
+from traceanalyzer.analyses.distributed.rank import Flagged, Options, RankPart
+from traceanalyzer.analyses.gpu import (
     copies,
-    critical_path,
     flops,
     fusion,
     gemm_units,
     idle,
-    imbalance,
     kernels,
     memory,
-    overlap,
     shapes,
-    startup,
-    steady,
 )
 from traceanalyzer.analyses.metrics import Metrics
-from traceanalyzer.analyses.rank import Flagged, Options, RankPart
-from traceanalyzer.analyses.windows import DEVICE_KEY, step_counts
+from traceanalyzer.analyses.timeline import startup, steady
+from traceanalyzer.analyses.timeline.windows import DEVICE_KEY, step_counts
 from traceanalyzer.timings import stage
 
 Rerun = Callable[[list[int], Flagged, bool | None], list[RankPart]]

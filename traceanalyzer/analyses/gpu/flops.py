@@ -42,9 +42,9 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceanalyzer.analyses.bandwidth import peak_bandwidth_gbps
-from traceanalyzer.analyses.operators import launch_ops, shaped_ops
-from traceanalyzer.analyses.windows import DEVICE_KEY
+from traceanalyzer.analyses.gpu.bandwidth import peak_bandwidth_gbps
+from traceanalyzer.analyses.gpu.operators import launch_ops, shaped_ops
+from traceanalyzer.analyses.timeline.windows import DEVICE_KEY
 from traceanalyzer.model import DeviceInfo, Kind, Timeline
 
 #: Dense (no sparsity) peak TFLOP/s per precision, by device-name pattern; first match wins.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceanalyzer.analyses.classify import launched_by_collective
+from traceanalyzer.analyses.gpu.classify import launched_by_collective
 from traceanalyzer.model import Kind, Timeline
 
 #: The text columns a recorded shape is read from; equal texts decode to equal values.

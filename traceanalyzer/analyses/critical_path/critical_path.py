@@ -34,9 +34,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
-from traceanalyzer.analyses import longest_path
-from traceanalyzer.analyses.critical_edges import EDGE_KINDS, ROLES
-from traceanalyzer.analyses.critical_graph import (
+from traceanalyzer.analyses.critical_path import longest_path
+from traceanalyzer.analyses.critical_path.critical_edges import EDGE_KINDS, ROLES
+from traceanalyzer.analyses.critical_path.critical_graph import (
     CROSS_STREAM_MAX_NS,
     GraphInputs,
     GraphTables,
@@ -45,8 +45,8 @@ from traceanalyzer.analyses.critical_graph import (
     in_steps,
     input_windows,
 )
-from traceanalyzer.analyses.devices import share
-from traceanalyzer.analyses.longest_path import I64
+from traceanalyzer.analyses.critical_path.longest_path import I64
+from traceanalyzer.analyses.gpu.devices import share
 from traceanalyzer.model import Timeline
 
 if TYPE_CHECKING:
@@ -514,8 +514,9 @@ def step_digraph(
     path takes it)."""
     import networkx as nx
 
-    from traceanalyzer.analyses import idle, windows
-    from traceanalyzer.analyses.critical_graph import in_steps
+    from traceanalyzer.analyses.critical_path.critical_graph import in_steps
+    from traceanalyzer.analyses.gpu import idle
+    from traceanalyzer.analyses.timeline import windows
 
     pattern = step_pattern or windows.default_step_pattern(timeline.meta.format)
     solved = metrics.critical_steps.select("rank", "step")

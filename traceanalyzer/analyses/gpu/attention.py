@@ -29,9 +29,9 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.analyses.classify import CLASS_PATTERNS
-from traceanalyzer.analyses.operators import launch_ops, shaped_ops
-from traceanalyzer.analyses.windows import DEVICE_KEY
+from traceanalyzer.analyses.gpu.classify import CLASS_PATTERNS
+from traceanalyzer.analyses.gpu.operators import launch_ops, shaped_ops
+from traceanalyzer.analyses.timeline.windows import DEVICE_KEY
 from traceanalyzer.model import Timeline
 
 #: A score tensor's T and S are each at least this long (shorter softmaxes are not attention

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceanalyzer.analyses.intervals import busy_before, union
-from traceanalyzer.analyses.windows import DEVICE_KEY
+from traceanalyzer.analyses.timeline.intervals import busy_before, union
+from traceanalyzer.analyses.timeline.windows import DEVICE_KEY
 
 #: Bytes per element of the message dtypes torch records for collectives.
 DTYPE_BYTES: dict[str, int] = {

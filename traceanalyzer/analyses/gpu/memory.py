@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceanalyzer.analyses.intervals import in_ranges
+from traceanalyzer.analyses.timeline.intervals import in_ranges
 from traceanalyzer.model import DeviceInfo, Kind, Timeline
 
 

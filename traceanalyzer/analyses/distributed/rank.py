@@ -21,32 +21,27 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.analyses import (
+from traceanalyzer.analyses import context
+from traceanalyzer.analyses.critical_path import critical_path
+from traceanalyzer.analyses.critical_path.critical_graph import GraphInputs
+from traceanalyzer.analyses.distributed import collectives, imbalance, overlap
+from traceanalyzer.analyses.gpu import (
     attention,
     bandwidth,
     classify,
-    clock,
-    collectives,
-    context,
     copies,
-    critical_path,
     devices,
     flops,
     fusion,
     gemm_units,
-    host_phases,
     idle,
-    imbalance,
     kernels,
     memory,
-    overlap,
     shapes,
-    startup,
-    steady,
     tensor_cores,
-    windows,
 )
-from traceanalyzer.analyses.critical_graph import GraphInputs
+from traceanalyzer.analyses.host import host_phases
+from traceanalyzer.analyses.timeline import clock, startup, steady, windows
 from traceanalyzer.errors import ConfigError
 from traceanalyzer.model import Timeline, TraceMeta
 from traceanalyzer.timings import stage

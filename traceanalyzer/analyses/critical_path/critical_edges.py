@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceanalyzer.analyses import longest_path
+from traceanalyzer.analyses.critical_path import longest_path
 
 #: Kinds an edge's time is charged to (`gpu_*` make up gpu_compute; `cpu_launch` is cpu).
 EDGE_KINDS: tuple[str, ...] = (

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceanalyzer.analyses.intervals import in_ranges
+from traceanalyzer.analyses.timeline.intervals import in_ranges
 from traceanalyzer.model import Kind, Timeline
 
 #: The phases, by priority where they overlap, then `other`.
@@ -143,7 +143,7 @@ def host_phases(
 
 def host_phase_medians(phases: pl.DataFrame, rank: int) -> dict[str, int] | None:
     """A rank's host time per steady step by phase (medians over its steps; null without
-    CPU operators): analyses/host_phases.py."""
+    CPU operators): analyses/host/host_phases.py."""
     mine = phases.filter(pl.col("rank") == rank)
     if mine.height == 0:
         return None

@@ -8,8 +8,8 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.analyses.classify import class_of
-from traceanalyzer.analyses.windows import StepCounts
+from traceanalyzer.analyses.gpu.classify import class_of
+from traceanalyzer.analyses.timeline.windows import StepCounts
 
 _MANTISSAS = (1, 2, 5)
 

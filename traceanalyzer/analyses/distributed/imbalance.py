@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceanalyzer.analyses.intervals import in_ranges, union
+from traceanalyzer.analyses.timeline.intervals import in_ranges, union
 
 #: A launch call (cudaLaunchKernel, cudaMemcpyAsync, ...) longer than this was blocked
 #: beyond this point: the launch queue was full, the host was ahead of its GPU.

@@ -62,7 +62,7 @@ from dataclasses import dataclass
 import polars as pl
 from polars.expr.whenthen import ChainedThen, Then
 
-from traceanalyzer.analyses.classify import (
+from traceanalyzer.analyses.gpu.classify import (
     MMA_SHAPE_REGEX,
     TENSOROP_REGEX,
     class_of,
@@ -70,7 +70,7 @@ from traceanalyzer.analyses.classify import (
     per_distinct,
     with_launching_op,
 )
-from traceanalyzer.analyses.devices import share
+from traceanalyzer.analyses.gpu.devices import share
 from traceanalyzer.model import Kind, Timeline
 
 TC_VERDICT = pl.Enum(["tc", "no", "unknown"])

@@ -33,8 +33,8 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.analyses.intervals import clipped_ns, union
-from traceanalyzer.analyses.steady import ONE_TIME_WORK
+from traceanalyzer.analyses.timeline.intervals import clipped_ns, union
+from traceanalyzer.analyses.timeline.steady import ONE_TIME_WORK
 from traceanalyzer.model import Kind, Timeline
 
 #: A call shorter than this is not worth naming as start-up (1 ms).

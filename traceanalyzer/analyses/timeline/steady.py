@@ -35,8 +35,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceanalyzer.analyses import windows
-from traceanalyzer.analyses.intervals import in_ranges, union
+from traceanalyzer.analyses.timeline import windows
+from traceanalyzer.analyses.timeline.intervals import in_ranges, union
 from traceanalyzer.model import Kind, Timeline
 
 #: Host calls and ranges that happen once per process (or per new shape), not every step.

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceanalyzer.analyses.intervals import overlaps
-from traceanalyzer.analyses.windows import DEVICE_KEY, StepCounts
+from traceanalyzer.analyses.timeline.intervals import overlaps
+from traceanalyzer.analyses.timeline.windows import DEVICE_KEY, StepCounts
 from traceanalyzer.model import Kind
 
 

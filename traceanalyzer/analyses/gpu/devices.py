@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceanalyzer.analyses.intervals import (
+from traceanalyzer.analyses.timeline.intervals import (
     busy_before,
     clipped_ns,
     in_ranges,
     overlaps,
     union,
 )
-from traceanalyzer.analyses.windows import DEVICE_KEY
+from traceanalyzer.analyses.timeline.windows import DEVICE_KEY
 from traceanalyzer.model import Kind
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.analyses.operators import (
+from traceanalyzer.analyses.gpu.operators import (
     SHAPE_TEXT,
     decoded_shapes,
     launch_ops,
@@ -35,7 +35,7 @@ from traceanalyzer.analyses.operators import (
     operator_rows,
     with_shapes,
 )
-from traceanalyzer.analyses.windows import DEVICE_KEY
+from traceanalyzer.analyses.timeline.windows import DEVICE_KEY
 from traceanalyzer.model import DeviceInfo, Timeline
 
 #: (device-name pattern, peak memory bandwidth in GB/s); first match wins. Parts whose name

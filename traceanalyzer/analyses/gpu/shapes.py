@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceanalyzer.analyses.operators import launch_ops, shaped_ops
-from traceanalyzer.analyses.windows import DEVICE_KEY, StepCounts
+from traceanalyzer.analyses.gpu.operators import launch_ops, shaped_ops
+from traceanalyzer.analyses.timeline.windows import DEVICE_KEY, StepCounts
 from traceanalyzer.model import DeviceInfo, Timeline
 
 #: The alignment each element type wants (elements), by the dtype names torch records.

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceanalyzer.analyses.windows import DEVICE_KEY
+from traceanalyzer.analyses.timeline.windows import DEVICE_KEY
 from traceanalyzer.model import Timeline
 
 #: GPU work starting earlier than its launch by more than this is a clock problem.

@@ -41,9 +41,9 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.analyses.intervals import busy_before, union
-from traceanalyzer.analyses.overlap import DTYPE_BYTES
-from traceanalyzer.analyses.windows import DEVICE_KEY, StepCounts
+from traceanalyzer.analyses.distributed.overlap import DTYPE_BYTES
+from traceanalyzer.analyses.timeline.intervals import busy_before, union
+from traceanalyzer.analyses.timeline.windows import DEVICE_KEY, StepCounts
 from traceanalyzer.model.meta import DeviceInfo
 
 #: What each rank hands on of its communication kernels (inside its windows).

@@ -44,9 +44,9 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.analyses.bandwidth import operator_bytes, peak_bandwidth_gbps
-from traceanalyzer.analyses.operators import launch_ops
-from traceanalyzer.analyses.windows import DEVICE_KEY, StepCounts
+from traceanalyzer.analyses.gpu.bandwidth import operator_bytes, peak_bandwidth_gbps
+from traceanalyzer.analyses.gpu.operators import launch_ops
+from traceanalyzer.analyses.timeline.windows import DEVICE_KEY, StepCounts
 from traceanalyzer.model import DeviceInfo, Timeline
 
 #: An operator that writes a tensor that outlives it (in place, into `out`, a fill): not a

@@ -45,21 +45,21 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceanalyzer.analyses.classify import (
-    KERNEL_CLASSES,
-    kernel_class,
-    with_comm_collective,
-    with_launching_op,
-)
-from traceanalyzer.analyses.critical_edges import (
+from traceanalyzer.analyses.critical_path.critical_edges import (
     EDGE_KIND,
     bind,
     frame_edges,
     gpu_edges,
     host_edges,
 )
-from traceanalyzer.analyses.intervals import in_ranges
-from traceanalyzer.analyses.operators import collective_launches
+from traceanalyzer.analyses.gpu.classify import (
+    KERNEL_CLASSES,
+    kernel_class,
+    with_comm_collective,
+    with_launching_op,
+)
+from traceanalyzer.analyses.gpu.operators import collective_launches
+from traceanalyzer.analyses.timeline.intervals import in_ranges
 from traceanalyzer.model import Kind, Timeline
 from traceanalyzer.timings import stage
 

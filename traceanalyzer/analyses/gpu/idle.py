@@ -32,9 +32,9 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.analyses.intervals import busy_before, sort_stable, union
-from traceanalyzer.analyses.kernels import histogram_edges
-from traceanalyzer.analyses.windows import DEVICE_KEY, StepCounts
+from traceanalyzer.analyses.gpu.kernels import histogram_edges
+from traceanalyzer.analyses.timeline.intervals import busy_before, sort_stable, union
+from traceanalyzer.analyses.timeline.windows import DEVICE_KEY, StepCounts
 from traceanalyzer.model import Kind, Timeline
 
 #: Gaps up to this long, ended by a launch issued after the gap began, are launch overhead.

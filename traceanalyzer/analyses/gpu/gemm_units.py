@@ -17,7 +17,7 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.analyses.windows import DEVICE_KEY, StepCounts
+from traceanalyzer.analyses.timeline.windows import DEVICE_KEY, StepCounts
 
 #: How many kernels per device the summary keeps.
 DEFAULT_TOP_NON_TC = 5

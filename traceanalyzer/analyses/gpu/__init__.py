@@ -1,0 +1,18 @@
+"""GPU work: kernels, their classes, Tensor Cores, bandwidth, FLOPs, copies, memory and idle.
+
+Reads the Timeline and the timeline room's windows and steps; imports no other room. Its
+public results:
+
+- `classify.kernel_class` / `classify.class_of`: the kernel classes (`KERNEL_CLASS`);
+- `kernels.CastImpact` and the kernel tables (histogram, top kernels, class totals);
+- `tensor_cores.kernel_verdicts`, `gemm_units.TensorCoreImpact`: Tensor Core verdicts and
+  what moving GEMMs onto them saves;
+- `bandwidth.memory_bound_bandwidth`, `fusion.MemoryImpact`: achieved bandwidth and what
+  fusing memory-bound work saves;
+- `flops.Flops`: FLOPs, MFU and the roofline; `shapes.ShapeImpact`: misaligned matmul
+  shapes; `attention.unfused_attention`: attention computed by hand;
+- `operators`: the CPU operators behind GPU work (shapes, launches), shared by the above;
+- `devices.device_summary` / `devices.step_summary`: busy and idle time per device and step;
+- `idle.SyncImpact` / `idle.SyncSites` and the idle gaps by cause;
+- `copies.PageableImpact` and the memcpy summary; `memory.MemoryRunway`.
+"""

@@ -1,0 +1,13 @@
+"""Timeline: the windows and steps every other analysis reads, from the Timeline alone.
+
+The first room of the analyses: it imports nothing of the others. Its public results:
+
+- `windows.StepCounts` and the step windows (`windows.device_windows`,
+  `windows.device_steps`, `windows.linked_work`, `windows.DEVICE_KEY`): the analysed span of
+  each device and each step projected onto GPU work;
+- `steady.SteadyState` and `steady.StepTable`: the warm-up and outlier steps left out of the
+  window;
+- `startup.DeviceStartup`: one-time work (start-up that is not the loop) inside the window;
+- `clock.early_starts`: GPU work that starts before the host call that launched it;
+- `intervals`: the interval algebra (unions, busy time before t) the other rooms share.
+"""

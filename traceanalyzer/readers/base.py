@@ -75,7 +75,8 @@ class ByteSource:
         self._member_done = False  # True right after a gzip member ended
         self._pending = b""  # decompressed bytes not yet handed out
         self._raw_eof = False
-        self._inflating: queue.Queue[bytes | BaseException] | None = None
+        self._inflating: queue.Queue[bytes | BaseException | None] | None = None
+        self._failed: BaseException | None = None
         self._thread: threading.Thread | None = None
         self._closing = threading.Event()
         lead = bytearray(3)
@@ -143,8 +144,11 @@ class ByteSource:
             if not self._pending:
                 if self._raw_eof:
                     break
-                self._pending = self._next_inflated()
-                self._raw_eof = not self._pending
+                piece = self._next_inflated()
+                if piece is None:
+                    self._raw_eof = True
+                else:
+                    self._pending = piece
                 continue
             take = min(len(buf) - total, len(self._pending))
             buf[total : total + take] = self._pending[:take]
@@ -152,37 +156,46 @@ class ByteSource:
             total += take
         return total
 
-    #: Decompressed chunks (of 1 MB compressed) held ready ahead of the reader.
-    AHEAD = 8
+    #: Decompressed chunks held ready ahead of the reader: at most as much compressed input
+    #: (4 x 256 KB) as one chunk of the reader before it held decompressed.
+    AHEAD = 4
+    #: Compressed bytes read per chunk.
+    CHUNK = 256 << 10
 
-    def _next_inflated(self) -> bytes:
+    def _next_inflated(self) -> bytes | None:
         """The next decompressed chunk from the inflating thread (started on the first call;
-        b"" when the data has ended); its error, raised here."""
+        None when the data has ended); its error, raised here (and again on later calls)."""
+        if self._failed is not None:
+            raise self._failed
         if self._inflating is None:
             self._inflating = queue.Queue(maxsize=self.AHEAD)
             self._thread = threading.Thread(target=self._inflate_ahead, name="gunzip", daemon=True)
             self._thread.start()
         piece = self._inflating.get()
         if isinstance(piece, BaseException):
+            self._failed = piece
             raise piece
         return piece
 
     def _inflate_ahead(self) -> None:
-        """The inflating thread: every chunk in order, then b"" (or the error), into the
-        queue; it stops early when the reader is closed."""
+        """The inflating thread: every non-empty chunk in order, then None (or the error),
+        into the queue; it stops early when the reader is closed. (A chunk of compressed
+        input can decompress to nothing in a valid stream: empty members, a long header.)"""
         assert self._inflating is not None
         while not self._closing.is_set():
             try:
-                piece: bytes | BaseException = self._inflate()
+                piece: bytes | BaseException | None = self._inflate()
             except BaseException as exc:  # handed to the reader, raised there
                 piece = exc
+            if piece == b"":
+                continue
             while not self._closing.is_set():
                 try:
                     self._inflating.put(piece, timeout=0.05)
                     break
                 except queue.Full:
                     continue
-            if not isinstance(piece, bytes) or not piece:
+            if not isinstance(piece, bytes):
                 return
 
     def _stop_inflating(self) -> None:
@@ -190,13 +203,13 @@ class ByteSource:
         if self._thread is not None:
             self._thread.join()
 
-    def _inflate(self) -> bytes:
-        """Decompress the next compressed chunk (b"" when the data has ended)."""
-        chunk = self._fh.read(1 << 20)
+    def _inflate(self) -> bytes | None:
+        """Decompress the next compressed chunk (None when the data has ended)."""
+        chunk = self._fh.read(self.CHUNK)
         if not chunk:
             if not self._member_done:
                 self.truncated = True
-            return b""
+            return None
         pieces = []
         while chunk:
             if self._member_done:  # bytes after a member's end: a concatenated member

@@ -74,9 +74,13 @@ from traceanalyzer.readers.device_match import match_devices
 from traceanalyzer.readers.json_scan import EventSplitter, rewrite
 from traceanalyzer.readers.json_stream import LayoutError, StructuralSplitter
 
-#: Bytes read per block with two blocks in flight; with more workers the blocks are smaller
-#: (`block_bytes`), so that memory stays at a few such blocks plus the parsed columns.
-BLOCK_BYTES = 16 << 20
+#: Bytes read per block; up to `read_workers()` blocks are in flight, so peak memory is a
+#: few blocks plus the parsed columns. The same whatever the cores: which optional fields a
+#: block parses depends on what the file showed up to it, so the events read must not
+#: depend on where blocks are cut by the machine. At 4 MB (16 MB before the blocks were read
+#: at once) the reader's CPU is the same and its peak lower (77 MB trace with Python stacks:
+#: 1.2-1.3 CPU s either way, peak RSS 406 MB with 16 MB blocks, 236 MB with 4 MB ones).
+BLOCK_BYTES = 4 << 20
 #: How far into a file the `"traceEvents"` key is looked for before giving up.
 MAX_HEADER_BYTES = 256 << 20
 
@@ -211,7 +215,7 @@ class _Window:
 
     def __init__(self, source: ByteSource) -> None:
         self.source = source
-        self.block = block_bytes(read_workers())
+        self.block = BLOCK_BYTES
         self.data = bytearray(2 * self.block)
         self.n = 0
         self.eof = False
@@ -375,16 +379,6 @@ def read_workers() -> int:
     """Blocks read at once: one per two cores this process may run on, 2 to 8 (each block's
     parse also spreads over polars' own threads)."""
     return max(2, min(8, len(os.sched_getaffinity(0)) // 2))
-
-
-def block_bytes(workers: int) -> int:
-    """Bytes per block when `workers` blocks are read at once: `BLOCK_BYTES` for two, smaller
-    for more, so that the blocks in flight hold about as many bytes whatever the cores. Each
-    block in flight holds its bytes, its NDJSON and its frames: 8 blocks of 16 MB raised the
-    peak RSS of a 741 MB trace's report on the 16-core host from 1.5 to 2.1 times the file;
-    on a 77 MB trace with Python stacks, 8 workers peaked at 490 MB with 16 MB blocks and
-    345 MB with 4 MB ones (2 workers of 16 MB: 375 MB)."""
-    return max(1, BLOCK_BYTES * 2 // max(workers, 2))
 
 
 def _structural_split(

@@ -410,9 +410,12 @@ def concurrently(tasks: dict[str, Callable[[], Any]]) -> dict[str, Any]:
     workers = min(ANALYSIS_THREADS, pl.thread_pool_size(), len(tasks))
     if workers <= 1:
         return {name: task() for name, task in tasks.items()}
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="analyses") as pool:
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="analyses")
+    try:
         futures = {name: pool.submit(task) for name, task in tasks.items()}
         return {name: future.result() for name, future in futures.items()}
+    finally:  # on an error or Ctrl-C, the tasks not started yet are not run
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 #: The most analyses of one rank run at once (each holds its own intermediate frames).

@@ -238,10 +238,13 @@ def test_damaged_file(tmp_path: Path) -> None:
     assert err.value.hint
 
 
+@pytest.mark.parametrize("cores", [2, 8])
 def test_large_table_printed_by_a_helper_process(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cores: int
 ) -> None:
-    """The runtime table, when large, is printed by a helper process: same timeline."""
+    """The runtime table, when large, is printed by a helper process, and the kernels by
+    another where a third core is free: same timeline."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)))
     path = nsys_db_from_sql("two_ranks", tmp_path)
     monkeypatch.setattr(nsys_sqlite, "CHUNK_ROWS", 2)  # several blobs per table
     expected = READER.read(path)
@@ -255,7 +258,9 @@ def test_large_table_printed_by_a_helper_process(
     monkeypatch.setattr(nsys_sqlite, "ASIDE_MIN_ROWS", 1)
     monkeypatch.setattr(nsys_sqlite, "_blobs_aside", counted)
     got = READER.read(path)
-    assert len(calls) == 1 and "CUPTI_ACTIVITY_KIND_RUNTIME" in calls[0]
+    tables = ["CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL"][: 1 if cores < 3 else 2]
+    assert len(calls) == len(tables)
+    assert all(any(t in sql for sql in calls) for t in tables)
     assert got.events.equals(expected.events, null_equal=True)
     assert got.meta == expected.meta
 

@@ -15,6 +15,7 @@ SQL and then to the events in polars.
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
 import struct
@@ -296,20 +297,32 @@ def _gpu_columns(pr: sp.Probe, table: str) -> list[Column]:
 # ------------------------------------------------------------------------------- tables
 
 
-def _kernels(con: sqlite3.Connection, pr: sp.Probe) -> pl.DataFrame:
+def _kernel_name(pr: sp.Probe) -> str:
+    return "demangledName" if pr.has(sp.KERNEL, "demangledName") else "shortName"
+
+
+def _kernel_columns(pr: sp.Probe) -> list[Column]:
     t = sp.KERNEL
-    name = "demangledName" if pr.has(t, "demangledName") else "shortName"
     smem = f"{_col(pr, t, 'staticSharedMemory', '0')} + {_col(pr, t, 'dynamicSharedMemory', '0')}"
-    cols = [
+    return [
         *_gpu_columns(pr, t),
-        ("_name_id", f"t.{name}", _I),
+        ("_name_id", f"t.{_kernel_name(pr)}", _I),
         ("registers", _col(pr, t, "registersPerThread"), _I32),
         # parsed as the schema's Int32: the lists are then built once, in their final dtype
         *((c, _col(pr, t, c), _I32) for c in ("gridX", "gridY", "gridZ")),
         *((c, _col(pr, t, c), _I32) for c in ("blockX", "blockY", "blockZ")),
         ("shared_mem_bytes", smem, _I),
     ]
-    return fetch(con, t, cols).with_columns(
+
+
+def _kernels(
+    con: sqlite3.Connection, pr: sp.Probe, raw: pl.DataFrame | None = None
+) -> pl.DataFrame:
+    """Kernels; `raw`: the table's rows, where already fetched (`fetch_aside`)."""
+    t, name = sp.KERNEL, _kernel_name(pr)
+    if raw is None:
+        raw = fetch(con, t, _kernel_columns(pr))
+    return raw.with_columns(
         kind=pl.lit("kernel", KIND),
         name=_names(con, t, name),
         grid=pl.concat_list("gridX", "gridY", "gridZ"),
@@ -503,15 +516,20 @@ def _read(con: sqlite3.Connection, path: Path) -> Timeline:
     dropped: Counter[str] = Counter()
     apis = [(t, kind) for t, kind in ((sp.RUNTIME, "runtime"), (sp.DRIVER, "driver"))
             if pr.has(t, "nameId")]  # fmt: skip
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        # the runtime calls (the largest table) are printed meanwhile by another process
-        aside = {t: fetch_aside(con, path, t, _api_columns(pr, t), pool) for t, _k in apis[:1]}
-        gpu = [_kernels(con, pr)]
-        gpu += [
+    # the largest tables are printed meanwhile by other processes (SQLite holds one core per
+    # process): the runtime calls always, the kernels too where a third core is free
+    tables = [(t, _api_columns(pr, t)) for t, _k in apis[:1]]
+    if len(os.sched_getaffinity(0)) >= 3:
+        tables.append((sp.KERNEL, _kernel_columns(pr)))
+    with ThreadPoolExecutor(max_workers=max(1, len(tables))) as pool:
+        aside = {t: fetch_aside(con, path, t, cols, pool) for t, cols in tables}
+        others = [
             f(con, pr)
             for t, f in ((sp.MEMCPY, _memcpys), (sp.MEMSET, _memsets), (GRAPH, _graphs))
             if pr.has(t)
         ]
+        kernels = aside[sp.KERNEL].result() if sp.KERNEL in aside else None
+        gpu = [_kernels(con, pr, kernels), *others]
         procs = _gpu_processes(gpu)
         if not procs:
             raise sp.no_kernels(con, pr, path)

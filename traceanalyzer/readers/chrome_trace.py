@@ -333,7 +333,9 @@ def _read_events(win: _Window, parsed: Parsed, kineto: bool) -> None:
     which release the GIL), each with the optional fields the file had shown when it was
     handed out. Frames are kept in file order, and a block handed out before an earlier one
     showed more fields is parsed again with them: the frames are those of reading the blocks
-    one after the other. At most `workers` blocks wait: memory stays bounded.
+    one after the other. Until the fields settle (the first blocks of a file show most of
+    them), blocks are read one at a time, so that they are not parsed twice. At most
+    `workers` blocks wait: memory stays bounded.
     """
     splitter: EventSplitter | StructuralSplitter = (
         EventSplitter() if kineto else StructuralSplitter()
@@ -364,7 +366,9 @@ def _read_events(win: _Window, parsed: Parsed, kineto: bool) -> None:
                     task = _Task([win.take(end)], end, splitter.exact, None, win.offset)
                 pending.append(pool.submit(_read_block, task, state.fields, parsed.path))
                 win.drop(rest)
-                while len(pending) >= workers:
+                # while the file keeps showing fields, one block at a time: a block handed
+                # out before the one that shows them would parse (and discover) them again
+                while len(pending) >= (workers if state.settled else 1):
                     state.keep(pending.popleft().result())
             if win.eof:
                 break
@@ -428,14 +432,24 @@ class _InOrder:
     """The blocks' frames kept in file order, each parsed with the fields the blocks before
     it showed (a block parsed with fewer is parsed again here)."""
 
+    #: Blocks kept in a row that showed no new fields before the blocks are read at once.
+    SETTLED_AFTER = 2
+
     def __init__(self, parsed: Parsed) -> None:
         self.parsed = parsed
         self.fields = parsed.fields  # shown by every block kept so far
+        self.unchanged = 0  # blocks kept in a row that showed no new fields
+
+    @property
+    def settled(self) -> bool:
+        """Whether the fields have stopped changing (`SETTLED_AFTER` blocks in a row)."""
+        return self.unchanged >= self.SETTLED_AFTER
 
     def keep(self, block: _Block) -> None:
         if block.fields_in != self.fields:
             again = (block.ndjson, block.exact, block.offset, self.fields, block.kineto)
             block = _parse(*again, self.parsed.path)
+        self.unchanged = self.unchanged + 1 if block.fields_out == self.fields else 0
         self.fields = self.parsed.fields = block.fields_out
         if block.texts:
             self.parsed.dropped[TIMES_FROM_TEXT] += block.texts

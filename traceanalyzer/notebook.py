@@ -247,7 +247,7 @@ class Analysis:
     @property
     def kernels(self) -> pl.DataFrame:
         """One row per kernel name: count, total_ns inside the windows, share of kernel time."""
-        return self.metrics.kernel_names.select(COLUMNS["kernels"])
+        return self.metrics.kernels.names.select(COLUMNS["kernels"])
 
     @property
     def gaps(self) -> pl.DataFrame:

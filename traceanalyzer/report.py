@@ -763,26 +763,26 @@ def build_report(
         devices=devices,
         steps=steps,
         kernels={
-            "count": metrics.kernel_count,
-            "total_ns": metrics.kernel_total_ns,
+            "count": metrics.kernels.count,
+            "total_ns": metrics.kernels.total_ns,
             "duration_histogram": [
                 {"lo_ns": lo, "hi_ns": hi, "count": c, "total_ns": t}
-                for lo, hi, c, t in metrics.kernel_histogram.select(
+                for lo, hi, c, t in metrics.kernels.histogram.select(
                     "lo_ns", "hi_ns", "count", "total_ns"
                 ).iter_rows()
             ],
             "top": [
                 {"name": n, "count": c, "total_ns": t, "share": s}
-                for n, c, t, s in metrics.top_kernels.select(
+                for n, c, t, s in metrics.kernels.top.select(
                     "name", "count", "total_ns", "share"
                 ).iter_rows()
             ],
-            "classes": _rows(metrics.kernel_classes),
-            "launch_size_histogram": _rows(metrics.launch_size_histogram),
+            "classes": _rows(metrics.kernels.classes),
+            "launch_size_histogram": _rows(metrics.kernels.launch_size_histogram),
             "small_kernels": {
                 "limit_ns": SMALL_KERNEL_NS,
-                "count_share": metrics.small_kernel_count_share,
-                "time_share": metrics.small_kernel_time_share,
+                "count_share": metrics.kernels.small_count_share,
+                "time_share": metrics.kernels.small_time_share,
             },
         },
         idle={

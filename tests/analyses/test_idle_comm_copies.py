@@ -132,7 +132,7 @@ def test_moe_all_to_all_on_its_own_stream_is_communication(tmp_path: Path) -> No
     )
     per = m.collectives.select("collective", "count", "total_ns", "exposed_ns").rows()
     assert per == [("all_to_all", 2, 300_000, 200_000)]
-    classes = dict(m.kernel_classes.select("kernel_class", "total_ns").iter_rows())
+    classes = dict(m.kernels.classes.select("kernel_class", "total_ns").iter_rows())
     assert classes["comm"] == 300_000
 
 

@@ -229,7 +229,7 @@ def test_overlap_model_against_a_loop() -> None:
 def test_cast_model_against_a_loop(name: str) -> None:
     m = _metrics(name)
     casts = count = compute = 0
-    for c in m.kernel_classes.iter_rows(named=True):
+    for c in m.kernels.classes.iter_rows(named=True):
         if c["kernel_class"] != "comm":
             compute += c["total_ns"]
         if c["kernel_class"] == "copy_cast":

@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from traceanalyzer.analyses.gpu import fusion
+from traceanalyzer.analyses.gpu import fusion, kernels
 from traceanalyzer.analyses.timeline import startup, steady
+from traceanalyzer.analyses.timeline.frames import SchemaDriftError, check_schema
 
 if TYPE_CHECKING:
     from traceanalyzer.analyses.distributed.collectives import CollectiveSplit, OverlapImpact
@@ -19,15 +20,18 @@ if TYPE_CHECKING:
     from traceanalyzer.analyses.gpu.fusion import MemoryImpact
     from traceanalyzer.analyses.gpu.gemm_units import TensorCoreImpact
     from traceanalyzer.analyses.gpu.idle import SyncImpact
-    from traceanalyzer.analyses.gpu.kernels import CastImpact
+    from traceanalyzer.analyses.gpu.kernels import CastImpact, Kernels
     from traceanalyzer.analyses.gpu.memory import MemoryRunway
     from traceanalyzer.analyses.gpu.shapes import ShapeImpact
     from traceanalyzer.analyses.timeline.startup import DeviceStartup
     from traceanalyzer.analyses.timeline.windows import StepCounts
 
+__all__ = ["FRAME_SCHEMAS", "OPTIONAL_COLUMNS", "Metrics", "SchemaDriftError", "check_frame"]
+
 #: The declared columns of every analysis result, in order: name -> dtype (`pl.Enum` stands
 #: for an Enum of any categories). `Metrics` checks its frames against them when it is built,
-#: so a renamed or retyped column fails at the analysis that made it, not silently in the
+#: and each typed result its own (`SCHEMAS`, listed here under `<field>.<frame>`), so a
+#: renamed or retyped column fails at the analysis that made it, not silently in the
 #: published JSON (the report copies several of these frames into it).
 FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
     "windows": {
@@ -83,36 +87,6 @@ FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
         "sync_ns": pl.Int64,
         "launch_overhead_ns": pl.Int64,
         "other_ns": pl.Int64,
-    },
-    "kernel_histogram": {
-        "lo_ns": pl.Int64,
-        "hi_ns": pl.Int64,
-        "count": pl.Int64,
-        "total_ns": pl.Int64,
-    },
-    "launch_size_histogram": {
-        "lo_threads": pl.Int64,
-        "hi_threads": pl.Int64,
-        "count": pl.Int64,
-        "total_ns": pl.Int64,
-    },
-    "top_kernels": {
-        "name": pl.String,
-        "count": pl.Int64,
-        "total_ns": pl.Int64,
-        "share": pl.Float64,
-    },
-    "kernel_names": {
-        "name": pl.String,
-        "count": pl.Int64,
-        "total_ns": pl.Int64,
-        "share": pl.Float64,
-    },
-    "kernel_classes": {
-        "kernel_class": pl.String,
-        "count": pl.Int64,
-        "total_ns": pl.Int64,
-        "share": pl.Float64,
     },
     "gaps": {
         "rank": pl.Int32,
@@ -349,6 +323,7 @@ FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
         "after_count": pl.Int64,
         "after_ns": pl.Int64,
     },
+    **{f"kernels.{k}": dict(v) for k, v in kernels.Kernels.SCHEMAS.items()},
 }
 #: Columns a frame carries only where the trace has them: `timeline_bins` gains the
 #: communication split in a job with collectives.
@@ -357,36 +332,10 @@ OPTIONAL_COLUMNS: dict[str, dict[str, Any]] = {
 }
 
 
-class SchemaDriftError(AssertionError):
-    """An analysis produced a frame that does not match its declared schema (a bug)."""
-
-
-def _matches(dtype: pl.DataType, declared: Any) -> bool:
-    if declared is pl.Enum:
-        return isinstance(dtype, pl.Enum)
-    return bool(dtype == declared)
-
-
 def check_frame(name: str, frame: pl.DataFrame) -> None:
     """Raise SchemaDriftError where `frame` is not `FRAME_SCHEMAS[name]` (plus the frame's
     optional columns, at the end, in order)."""
-    declared = dict(FRAME_SCHEMAS[name])
-    optional = OPTIONAL_COLUMNS.get(name, {})
-    names = list(frame.columns)
-    extra = names[len(declared) :]
-    if names[: len(declared)] != list(declared) or extra != list(optional)[: len(extra)]:
-        raise SchemaDriftError(
-            f"Metrics.{name}: columns {names}, declared {list(declared)}"
-            + (f" (+ optional {list(optional)})" if optional else "")
-        )
-    declared |= optional
-    wrong = [
-        f"{col}: {dtype} (declared {declared[col]})"
-        for col, dtype in frame.schema.items()
-        if not _matches(dtype, declared[col])
-    ]
-    if wrong:
-        raise SchemaDriftError(f"Metrics.{name}: {', '.join(wrong)}")
+    check_schema(f"Metrics.{name}", frame, FRAME_SCHEMAS[name], OPTIONAL_COLUMNS.get(name))
 
 
 @dataclass(frozen=True, slots=True)
@@ -401,10 +350,8 @@ class Metrics:
       share_of_gemm, share_of_kernel.
     - `steps`: rank, device, step, name, start_ns, end_ns, busy_ns, idle_share,
       kernel_count, `<cause>_ns`.
-    - `kernel_histogram`: lo_ns, hi_ns, count, total_ns (log-spaced duration bins).
-    - `launch_size_histogram`: lo_threads, hi_threads, count, total_ns.
-    - `top_kernels`: name, count, total_ns, share; `kernel_classes`: kernel_class, count,
-      total_ns, share; `kernel_names`: every kernel name's (name, count, total_ns, share).
+    - `kernels`: the kernels' histograms, top kernels, classes, names, count and time, and
+      the small kernels' shares (analyses/gpu/kernels.py: kernels.Kernels).
     - `gaps`: every idle gap (rank, device, start_ns, end_ns, gap_ns, cause, before, after,
       launch_ns, sync_name, sync_start_ns); a folder reduced rank by rank keeps those the
       report and rules read (idle.read_gaps); `gap_histogram` (of every gap): lo_ns, hi_ns,
@@ -484,15 +431,7 @@ class Metrics:
     windows: pl.DataFrame
     devices: pl.DataFrame
     steps: pl.DataFrame
-    kernel_histogram: pl.DataFrame
-    launch_size_histogram: pl.DataFrame
-    top_kernels: pl.DataFrame
-    kernel_classes: pl.DataFrame
-    kernel_names: pl.DataFrame
-    kernel_count: int
-    kernel_total_ns: int
-    small_kernel_count_share: float | None
-    small_kernel_time_share: float | None
+    kernels: Kernels
     gaps: pl.DataFrame
     gap_histogram: pl.DataFrame
     sync_calls: pl.DataFrame

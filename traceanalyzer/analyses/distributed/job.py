@@ -168,17 +168,19 @@ def _merge(
         windows=wins,
         devices=dev,
         steps=steps,
-        kernel_histogram=_histogram(parts, "kernel_histogram", "lo_ns", "hi_ns"),
-        launch_size_histogram=_histogram(
-            parts, "launch_size_histogram", "lo_threads", "hi_threads"
+        kernels=kernels.Kernels(
+            histogram=_histogram(parts, "kernel_histogram", "lo_ns", "hi_ns"),
+            launch_size_histogram=_histogram(
+                parts, "launch_size_histogram", "lo_threads", "hi_threads"
+            ),
+            top=top_kernels,
+            classes=kernel_classes,
+            names=_all_names(_concat(parts, "kernel_names")),
+            count=count,
+            total_ns=total,
+            small_count_share=small_count / count if count else None,
+            small_time_share=small_ns / total if total else None,
         ),
-        top_kernels=top_kernels,
-        kernel_classes=kernel_classes,
-        kernel_names=_all_names(_concat(parts, "kernel_names")),
-        kernel_count=count,
-        kernel_total_ns=total,
-        small_kernel_count_share=small_count / count if count else None,
-        small_kernel_time_share=small_ns / total if total else None,
         gaps=gaps,
         gap_histogram=_histogram(parts, "gap_histogram", "lo_ns", "hi_ns"),
         sync_calls=sync_calls,

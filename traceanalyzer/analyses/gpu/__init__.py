@@ -4,7 +4,8 @@ Reads the Timeline and the timeline room's windows and steps; imports no other r
 public results:
 
 - `classify.kernel_class` / `classify.class_of`: the kernel classes (`KERNEL_CLASS`);
-- `kernels.CastImpact` and the kernel tables (histogram, top kernels, class totals);
+- `kernels.Kernels` (histograms, top kernels, classes, names, small kernels) and
+  `kernels.CastImpact`;
 - `tensor_cores.kernel_verdicts`, `gemm_units.TensorCoreImpact`: Tensor Core verdicts and
   what moving GEMMs onto them saves;
 - `bandwidth.memory_bound_bandwidth`, `fusion.MemoryImpact`: achieved bandwidth and what

@@ -253,14 +253,14 @@ class Analysis:
     def gaps(self) -> pl.DataFrame:
         """Idle gaps with their cause (the longest per device, and every gap during a sync,
         for a folder of ranks; every gap for one file)."""
-        return self.metrics.gaps.with_columns(pl.col("cause").cast(pl.String)).select(
+        return self.metrics.idle.gaps.with_columns(pl.col("cause").cast(pl.String)).select(
             COLUMNS["gaps"]
         )
 
     @property
     def syncs(self) -> pl.DataFrame:
         """Host-device syncs by call site: count, per step, the GPU idle they cause."""
-        return self.metrics.sync_sites.select(COLUMNS["syncs"])
+        return self.metrics.idle.sync_sites.select(COLUMNS["syncs"])
 
     @property
     def collectives(self) -> pl.DataFrame:

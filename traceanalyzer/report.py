@@ -728,7 +728,7 @@ def build_report(
     outside = _rows(metrics.outside_window)
     span = metrics.windows.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
     q = meta.quality
-    longest = longest_first(metrics.gaps).head(LONGEST_GAPS)
+    longest = longest_first(metrics.idle.gaps).head(LONGEST_GAPS)
     return Report(
         source={
             "path": meta.path,
@@ -786,8 +786,8 @@ def build_report(
             },
         },
         idle={
-            "launch_gap_max_ns": metrics.launch_gap_max_ns,
-            "gap_histogram": _rows(metrics.gap_histogram),
+            "launch_gap_max_ns": metrics.idle.launch_gap_max_ns,
+            "gap_histogram": _rows(metrics.idle.gap_histogram),
             "longest_gaps": _rows(
                 longest.select(
                     "rank",
@@ -800,8 +800,8 @@ def build_report(
                     "sync_name",
                 )
             ),
-            "syncs_per_step": _rows(metrics.syncs_per_step),
-            "sync_sites": _rows(metrics.sync_sites),
+            "syncs_per_step": _rows(metrics.idle.syncs_per_step),
+            "sync_sites": _rows(metrics.idle.sync_sites),
         },
         communication={
             "per_collective": _rows(
@@ -829,7 +829,7 @@ def build_report(
         critical_path=tuple(critical_path or ()),
         context=dict(context or {}),
         verdict=verdict(devices, list(critical_path or ()), list(findings or ())),
-        timeline_bins=tuple(_rows(metrics.timeline_bins)),
+        timeline_bins=tuple(_rows(metrics.idle.timeline_bins)),
         memory_growth=tuple(_rows(metrics.memory_growth)),
         memory_steps=tuple(_rows(metrics.memory_peaks.sort("rank", "device", "step"))),
         matmul_shapes=tuple(_rows(metrics.matmul_shapes.head(TOP_BANDWIDTH_OPS))),

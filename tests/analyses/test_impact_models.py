@@ -39,12 +39,12 @@ def _per_device_step(m: Metrics, ns: int, rank: int, device: int) -> int | None:
 @pytest.mark.parametrize("name", ["host_sync.json.gz", "host_sync_gpu_bound.json.gz"])
 def test_sync_model_against_a_loop(name: str) -> None:
     m = _metrics(name)
-    limit = m.launch_gap_max_ns
+    limit = m.idle.launch_gap_max_ns
     models = {s.rank: s for s in m.sync_model}
     assert models, name
     for rank, got in models.items():
         bubble = 0
-        for g in m.gaps.iter_rows(named=True):
+        for g in m.idle.gaps.iter_rows(named=True):
             if g["rank"] != rank or g["sync_ns"] <= 0:
                 continue
             ahead = g["start_ns"] - g["sync_start_ns"] if g["sync_start_ns"] is not None else 0
@@ -58,7 +58,7 @@ def test_sync_model_against_a_loop(name: str) -> None:
         # the sites called at least once per step, most per step first
         sites = [
             s
-            for s in m.sync_sites.iter_rows(named=True)
+            for s in m.idle.sync_sites.iter_rows(named=True)
             if s["rank"] == rank and s["per_step"] is not None and s["per_step"] >= 1.0
         ]
         sites.sort(key=lambda s: (-s["per_step"], -s["idle_ns"], s["name"], s["op"], s["site"]))

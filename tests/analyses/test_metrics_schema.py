@@ -37,7 +37,7 @@ def test_a_renamed_or_retyped_column_fails_where_it_is_made() -> None:
     with pytest.raises(SchemaDriftError, match="busy_ns: Float64"):
         check_frame("devices", devices.with_columns(pl.col("busy_ns").cast(pl.Float64)))
     with pytest.raises(SchemaDriftError):
-        dataclasses.replace(metrics, gaps=metrics.gaps.drop("cause"))
+        dataclasses.replace(metrics.idle, gaps=metrics.idle.gaps.drop("cause"))
     top = metrics.kernels.top
     check_frame("kernels.top", top)
     with pytest.raises(SchemaDriftError, match=r"Metrics\.kernels\.top: columns"):

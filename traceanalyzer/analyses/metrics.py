@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from traceanalyzer.analyses.gpu import fusion, kernels
+from traceanalyzer.analyses.gpu import fusion, idle, kernels
 from traceanalyzer.analyses.timeline import startup, steady
 from traceanalyzer.analyses.timeline.frames import SchemaDriftError, check_schema
 
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from traceanalyzer.analyses.gpu.flops import Flops
     from traceanalyzer.analyses.gpu.fusion import MemoryImpact
     from traceanalyzer.analyses.gpu.gemm_units import TensorCoreImpact
-    from traceanalyzer.analyses.gpu.idle import SyncImpact
+    from traceanalyzer.analyses.gpu.idle import Idle, SyncImpact
     from traceanalyzer.analyses.gpu.kernels import CastImpact, Kernels
     from traceanalyzer.analyses.gpu.memory import MemoryRunway
     from traceanalyzer.analyses.gpu.shapes import ShapeImpact
@@ -88,42 +88,6 @@ FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
         "launch_overhead_ns": pl.Int64,
         "other_ns": pl.Int64,
     },
-    "gaps": {
-        "rank": pl.Int32,
-        "device": pl.Int32,
-        "start_ns": pl.Int64,
-        "end_ns": pl.Int64,
-        "gap_ns": pl.Int64,
-        "cause": pl.Enum,
-        "host_wait_ns": pl.Int64,
-        "sync_ns": pl.Int64,
-        "launch_overhead_ns": pl.Int64,
-        "other_ns": pl.Int64,
-        "before": pl.String,
-        "after": pl.String,
-        "launch_ns": pl.Int64,
-        "sync_name": pl.String,
-        "sync_start_ns": pl.Int64,
-    },
-    "gap_histogram": {
-        "lo_ns": pl.Int64,
-        "hi_ns": pl.Int64,
-        "count": pl.Int64,
-        "total_ns": pl.Int64,
-        "host_wait_ns": pl.Int64,
-        "sync_ns": pl.Int64,
-        "launch_overhead_ns": pl.Int64,
-        "other_ns": pl.Int64,
-    },
-    "sync_calls": {
-        "rank": pl.Int32,
-        "step": pl.Int64,
-        "name": pl.String,
-        "op": pl.String,
-        "site": pl.String,
-        "start_ns": pl.Int64,
-        "idle_ns": pl.Int64,
-    },
     "collectives": {
         "rank": pl.Int32,
         "device": pl.Int32,
@@ -149,21 +113,6 @@ FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
         "bytes": pl.Int64,
         "time_ns": pl.Int64,
         "gbps": pl.Float64,
-    },
-    "sync_sites": {
-        "rank": pl.Int32,
-        "name": pl.String,
-        "op": pl.String,
-        "site": pl.String,
-        "count": pl.Int64,
-        "steps": pl.Int64,
-        "idle_ns": pl.Int64,
-        "per_step": pl.Float64,
-    },
-    "syncs_per_step": {
-        "rank": pl.Int32,
-        "step": pl.Int64,
-        "count": pl.Int64,
     },
     "bandwidth": {
         "rank": pl.Int32,
@@ -213,18 +162,6 @@ FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
         "early": pl.Int64,
         "early_share": pl.Float64,
         "max_early_ns": pl.Int64,
-    },
-    "timeline_bins": {
-        "rank": pl.Int32,
-        "device": pl.Int32,
-        "bin": pl.Int64,
-        "start_ns": pl.Int64,
-        "end_ns": pl.Int64,
-        "busy_ns": pl.Int64,
-        "host_wait_ns": pl.Int64,
-        "sync_ns": pl.Int64,
-        "launch_overhead_ns": pl.Int64,
-        "other_ns": pl.Int64,
     },
     "memory_growth": {
         "rank": pl.Int32,
@@ -324,11 +261,12 @@ FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
         "after_ns": pl.Int64,
     },
     **{f"kernels.{k}": dict(v) for k, v in kernels.Kernels.SCHEMAS.items()},
+    **{f"idle.{k}": dict(v) for k, v in idle.Idle.SCHEMAS.items()},
 }
-#: Columns a frame carries only where the trace has them: `timeline_bins` gains the
-#: communication split in a job with collectives.
+#: Columns a frame carries only where the trace has them (`<field>.<frame>` for a typed
+#: result's, from its `OPTIONAL`).
 OPTIONAL_COLUMNS: dict[str, dict[str, Any]] = {
-    "timeline_bins": {"comm_ns": pl.Int64, "comm_wait_ns": pl.Int64},
+    f"idle.{k}": dict(v) for k, v in idle.Idle.OPTIONAL.items()
 }
 
 
@@ -352,22 +290,17 @@ class Metrics:
       kernel_count, `<cause>_ns`.
     - `kernels`: the kernels' histograms, top kernels, classes, names, count and time, and
       the small kernels' shares (analyses/gpu/kernels.py: kernels.Kernels).
-    - `gaps`: every idle gap (rank, device, start_ns, end_ns, gap_ns, cause, before, after,
-      launch_ns, sync_name, sync_start_ns); a folder reduced rank by rank keeps those the
-      report and rules read (idle.read_gaps); `gap_histogram` (of every gap): lo_ns, hi_ns,
-      count, total_ns and ns per cause.
-    - `sync_calls`: host syncs with rank, step, name, op, site, start_ns, idle_ns.
+    - `idle`: the idle gaps by cause, their histogram, the host syncs, their call sites and
+      count per step, the timeline strip's bins and the launch-gap limit
+      (analyses/gpu/idle.py: idle.Idle).
     - `collectives`: rank, device, collective, count, total_ns, exposed_ns, msg_bytes.
     - `rank_waits`: rank, collectives, comm_ns, wait_ns (empty for a single rank).
-    - `sync_sites`: rank, name, op, site, count, steps, per_step, idle_ns;
-      `syncs_per_step`: rank, step, count; `slowest_rank`: the rank others wait for (the
-      largest own time: `balance`; without steps, the rank that waits least).
+    - `slowest_rank`: the rank others wait for (the largest own time: `balance`; without
+      steps, the rank that waits least).
     - `bandwidth`: rank, device, op_name, ops, kernel_ns, bytes, gbps, peak_gbps,
       share_of_peak: memory-bound operators' achieved bandwidth (where shapes are recorded).
     - `matmul_shapes`: rank, device, op_name, m, n, k, dtype, calls, kernel_ns, align,
       misaligned (see analyses/gpu/shapes.py).
-    - `timeline_bins`: rank, device, bin, start_ns, end_ns, busy_ns, `<cause>_ns`: each
-      window cut into equal bins (for the timeline strip).
     - `non_tc_gemms`: rank, device, name, evidence, op_dtype, count, total_ns: GEMM kernels
       off the Tensor Cores (analyses/gpu/gemm_units.py); `early_starts`: rank, device, linked,
       early, early_share, max_early_ns: GPU work starting before its launch (clock.py).
@@ -432,22 +365,16 @@ class Metrics:
     devices: pl.DataFrame
     steps: pl.DataFrame
     kernels: Kernels
-    gaps: pl.DataFrame
-    gap_histogram: pl.DataFrame
-    sync_calls: pl.DataFrame
+    idle: Idle
     collectives: pl.DataFrame
     rank_waits: pl.DataFrame
     copies: pl.DataFrame
-    launch_gap_max_ns: int
-    sync_sites: pl.DataFrame
-    syncs_per_step: pl.DataFrame
     slowest_rank: int | None
     bandwidth: pl.DataFrame
     matmul_shapes: pl.DataFrame
     memory_peaks: pl.DataFrame
     non_tc_gemms: pl.DataFrame
     early_starts: pl.DataFrame
-    timeline_bins: pl.DataFrame
     memory_growth: pl.DataFrame
     critical_steps: pl.DataFrame
     what_if: pl.DataFrame

@@ -330,7 +330,7 @@ class Analysis:
         report counts it (`critical_path` entries)."""
         from traceanalyzer.analyses.critical_path import critical_path
 
-        steps = self.metrics.critical_steps.filter(pl.col("rank") == rank)
+        steps = self.metrics.critical_path.steps.filter(pl.col("rank") == rank)
         if steps.height == 0:
             raise ValueError(f"no critical path was analysed for rank {rank}")
         chosen = int(steps["step"][0]) if step is None else step
@@ -341,7 +341,7 @@ class Analysis:
             )
         return critical_path.step_digraph(
             self.timeline(),
-            self.metrics,
+            self.metrics.critical_path,
             rank,
             chosen,
             step_pattern=self._options.get("step_pattern"),

@@ -121,8 +121,8 @@ def _mean_by_rank(rows: list[dict], column: str, **match: object) -> dict[int, f
 @pytest.mark.parametrize("name", ["fp32_no_tc.json.gz", "tf32.json.gz"])
 def test_tensor_core_model_against_a_loop(name: str) -> None:
     m = _metrics(name)
-    saved = _mean_by_rank(m.what_if.to_dicts(), "saved_ns", scenario="gemm_2x")
-    on_path = _mean_by_rank(m.critical_steps.to_dicts(), "gpu_gemm_ns")
+    saved = _mean_by_rank(m.critical_path.what_if.to_dicts(), "saved_ns", scenario="gemm_2x")
+    on_path = _mean_by_rank(m.critical_path.steps.to_dicts(), "gpu_gemm_ns")
     got = {(d.rank, d.device): d for d in m.tensor_core_model}
     assert len(got) == m.devices.height
     off_somewhere = False
@@ -240,8 +240,10 @@ def test_cast_model_against_a_loop(name: str) -> None:
     else:
         ceiling = round(casts / max(_steps(m).values()))
         impact = None
-    if m.critical_steps.height:  # the worst rank's mean copy/cast time on the path
-        impact = round(max(_mean_by_rank(m.critical_steps.to_dicts(), "gpu_copy_cast_ns").values()))
+    if m.critical_path.steps.height:  # the worst rank's mean copy/cast time on the path
+        impact = round(
+            max(_mean_by_rank(m.critical_path.steps.to_dicts(), "gpu_copy_cast_ns").values())
+        )
     if impact is not None and ceiling is not None:
         impact = min(impact, ceiling)
     model = m.cast_model
@@ -320,8 +322,10 @@ def test_memory_impact_model_against_a_loop(name: str) -> None:
     memory_bound_2x what-if scaled to the fusible share, under the share of the path's
     memory-bound time and under the roof's ceiling."""
     m = _metrics(name)
-    saved = _mean_by_rank(m.what_if.to_dicts(), "saved_ns", scenario="memory_bound_2x")
-    on_path = _mean_by_rank(m.critical_steps.to_dicts(), "gpu_memory_bound_ns")
+    saved = _mean_by_rank(
+        m.critical_path.what_if.to_dicts(), "saved_ns", scenario="memory_bound_2x"
+    )
+    on_path = _mean_by_rank(m.critical_path.steps.to_dicts(), "gpu_memory_bound_ns")
     best: tuple[int, int | None, dict] | None = None
     for row in m.memory_model.iter_rows(named=True):
         rank, device = row["rank"], row["device"]

@@ -7,11 +7,13 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from traceanalyzer.analyses.critical_path import critical_path
 from traceanalyzer.analyses.gpu import fusion, idle, kernels
 from traceanalyzer.analyses.timeline import startup, steady
 from traceanalyzer.analyses.timeline.frames import SchemaDriftError, check_schema
 
 if TYPE_CHECKING:
+    from traceanalyzer.analyses.critical_path.critical_path import CriticalPath
     from traceanalyzer.analyses.distributed.collectives import CollectiveSplit, OverlapImpact
     from traceanalyzer.analyses.distributed.imbalance import RankBalance
     from traceanalyzer.analyses.facts import RunFacts
@@ -173,31 +175,6 @@ FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
         "rising_share": pl.Float64,
         "growth_bytes": pl.Int64,
     },
-    "critical_steps": {
-        "rank": pl.Int32,
-        "step": pl.Int64,
-        "name": pl.String,
-        "step_ns": pl.Int64,
-        "path_ns": pl.Int64,
-        "gpu_compute_ns": pl.Int64,
-        "comm_ns": pl.Int64,
-        "copy_ns": pl.Int64,
-        "cpu_ns": pl.Int64,
-        "sync_wait_ns": pl.Int64,
-        "idle_ns": pl.Int64,
-        "gpu_gemm_ns": pl.Int64,
-        "gpu_memory_bound_ns": pl.Int64,
-        "gpu_copy_cast_ns": pl.Int64,
-        "gpu_other_ns": pl.Int64,
-        "cpu_launch_ns": pl.Int64,
-        "crosses_ranks": pl.Boolean,
-    },
-    "what_if": {
-        "rank": pl.Int32,
-        "step": pl.Int64,
-        "scenario": pl.String,
-        "saved_ns": pl.Int64,
-    },
     "host_phases": {
         "rank": pl.Int32,
         "step": pl.Int64,
@@ -262,6 +239,7 @@ FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
     },
     **{f"kernels.{k}": dict(v) for k, v in kernels.Kernels.SCHEMAS.items()},
     **{f"idle.{k}": dict(v) for k, v in idle.Idle.SCHEMAS.items()},
+    **{f"critical_path.{k}": dict(v) for k, v in critical_path.CriticalPath.SCHEMAS.items()},
 }
 #: Columns a frame carries only where the trace has them (`<field>.<frame>` for a typed
 #: result's, from its `OPTIONAL`).
@@ -307,9 +285,8 @@ class Metrics:
     - `memory_peaks`: rank, device, step, peak_bytes, end_bytes; `memory_growth`: rank,
       device, steps, first_peak_bytes, last_peak_bytes, growth_bytes, per_step_bytes,
       rising_share (see analyses/gpu/memory.py; empty without memory events).
-    - `critical_steps`: the critical path per (rank, step): step_ns, path_ns, `<kind>_ns`,
-      gpu_<class>_ns, cpu_launch_ns, crosses_ranks; `what_if`: rank, step, scenario,
-      saved_ns (see analyses/critical_path/critical_path.py).
+    - `critical_path`: the critical path per sampled (rank, step) and the what-if scenarios
+      (analyses/critical_path/critical_path.py: critical_path.CriticalPath).
     - `copies`: rank, device, copy_kind, src_memory, dst_memory, count, bytes, time_ns, gbps.
     - `excluded_steps`: rank, step, name, step_ns, reason: warm-up and outlier steps left out
       of the window (see analyses/timeline/steady.py); `warmup_steps`: their rows per device (rank,
@@ -366,6 +343,7 @@ class Metrics:
     steps: pl.DataFrame
     kernels: Kernels
     idle: Idle
+    critical_path: CriticalPath
     collectives: pl.DataFrame
     rank_waits: pl.DataFrame
     copies: pl.DataFrame
@@ -376,8 +354,6 @@ class Metrics:
     non_tc_gemms: pl.DataFrame
     early_starts: pl.DataFrame
     memory_growth: pl.DataFrame
-    critical_steps: pl.DataFrame
-    what_if: pl.DataFrame
     excluded_steps: pl.DataFrame
     warmup_steps: pl.DataFrame
     outside_window: pl.DataFrame

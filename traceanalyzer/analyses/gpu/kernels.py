@@ -251,9 +251,8 @@ def cast_impact(
     counts: StepCounts,
 ) -> CastImpact:
     """The job's CastImpact. `kernel_classes`, `top_kernels`: Metrics.kernels' `classes` and
-    `top`; `critical_steps`: Metrics';
-    `counts`: the steps each device's window holds (the ceiling divides by the most steps
-    any device holds)."""
+    `top`; `critical_steps`: Metrics.critical_path.steps; `counts`: the steps each device's
+    window holds (the ceiling divides by the most steps any device holds)."""
     classes = {r["kernel_class"]: r for r in kernel_classes.to_dicts()}
     compute = sum(r["total_ns"] for c, r in classes.items() if c != "comm")
     casts = classes.get("copy_cast", {"total_ns": 0, "count": 0})

@@ -830,8 +830,8 @@ def build_report(
         context=dict(context or {}),
         verdict=verdict(devices, list(critical_path or ()), list(findings or ())),
         timeline_bins=tuple(_rows(metrics.idle.timeline_bins)),
-        memory_growth=tuple(_rows(metrics.memory_growth)),
-        memory_steps=tuple(_rows(metrics.memory_peaks.sort("rank", "device", "step"))),
+        memory_growth=tuple(_rows(metrics.memory.growth)),
+        memory_steps=tuple(_rows(metrics.memory.peaks.sort("rank", "device", "step"))),
         matmul_shapes=tuple(_rows(metrics.matmul_shapes.head(TOP_BANDWIDTH_OPS))),
         roofline=tuple(_rows(metrics.flops.roofline.head(TOP_ROOFLINE_OPS))),
     )

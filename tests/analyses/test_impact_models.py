@@ -257,11 +257,11 @@ def test_memory_runway_against_a_loop() -> None:
     """leak: a step peak that grows every step on an H100 of known memory."""
     m = _metrics("leak.json.gz")
     sizes = {(d.rank, d.device): d.memory_bytes for d in read(GPU / "leak.json.gz").meta.devices}
-    assert len(m.memory_runway) == m.memory_growth.height > 0
-    for g, row in zip(m.memory_runway, m.memory_growth.iter_rows(named=True), strict=True):
+    assert len(m.memory.runway) == m.memory.growth.height > 0
+    for g, row in zip(m.memory.runway, m.memory.growth.iter_rows(named=True), strict=True):
         peaks = [
             p["peak_bytes"]
-            for p in m.memory_peaks.iter_rows(named=True)
+            for p in m.memory.peaks.iter_rows(named=True)
             if (p["rank"], p["device"]) == (g.rank, g.device)
         ]
         total = sizes[g.rank, g.device]

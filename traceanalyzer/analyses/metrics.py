@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from traceanalyzer.analyses.critical_path import critical_path
-from traceanalyzer.analyses.gpu import fusion, idle, kernels
+from traceanalyzer.analyses.gpu import fusion, idle, kernels, memory
 from traceanalyzer.analyses.timeline import startup, steady
 from traceanalyzer.analyses.timeline.frames import SchemaDriftError, check_schema
 
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from traceanalyzer.analyses.gpu.gemm_units import TensorCoreImpact
     from traceanalyzer.analyses.gpu.idle import Idle, SyncImpact
     from traceanalyzer.analyses.gpu.kernels import CastImpact, Kernels
-    from traceanalyzer.analyses.gpu.memory import MemoryRunway
+    from traceanalyzer.analyses.gpu.memory import Memory
     from traceanalyzer.analyses.gpu.shapes import ShapeImpact
     from traceanalyzer.analyses.timeline.startup import DeviceStartup
     from traceanalyzer.analyses.timeline.windows import StepCounts
@@ -141,13 +141,6 @@ FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
         "align": pl.Int64,
         "misaligned": pl.String,
     },
-    "memory_peaks": {
-        "rank": pl.Int32,
-        "device": pl.Int32,
-        "step": pl.Int64,
-        "peak_bytes": pl.Int64,
-        "end_bytes": pl.Int64,
-    },
     "non_tc_gemms": {
         "rank": pl.Int32,
         "device": pl.Int32,
@@ -164,16 +157,6 @@ FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
         "early": pl.Int64,
         "early_share": pl.Float64,
         "max_early_ns": pl.Int64,
-    },
-    "memory_growth": {
-        "rank": pl.Int32,
-        "device": pl.Int32,
-        "steps": pl.Int64,
-        "first_peak_bytes": pl.Int64,
-        "last_peak_bytes": pl.Int64,
-        "per_step_bytes": pl.Float64,
-        "rising_share": pl.Float64,
-        "growth_bytes": pl.Int64,
     },
     "host_phases": {
         "rank": pl.Int32,
@@ -240,6 +223,7 @@ FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
     **{f"kernels.{k}": dict(v) for k, v in kernels.Kernels.SCHEMAS.items()},
     **{f"idle.{k}": dict(v) for k, v in idle.Idle.SCHEMAS.items()},
     **{f"critical_path.{k}": dict(v) for k, v in critical_path.CriticalPath.SCHEMAS.items()},
+    **{f"memory.{k}": dict(v) for k, v in memory.Memory.SCHEMAS.items()},
 }
 #: Columns a frame carries only where the trace has them (`<field>.<frame>` for a typed
 #: result's, from its `OPTIONAL`).
@@ -282,9 +266,8 @@ class Metrics:
     - `non_tc_gemms`: rank, device, name, evidence, op_dtype, count, total_ns: GEMM kernels
       off the Tensor Cores (analyses/gpu/gemm_units.py); `early_starts`: rank, device, linked,
       early, early_share, max_early_ns: GPU work starting before its launch (clock.py).
-    - `memory_peaks`: rank, device, step, peak_bytes, end_bytes; `memory_growth`: rank,
-      device, steps, first_peak_bytes, last_peak_bytes, growth_bytes, per_step_bytes,
-      rising_share (see analyses/gpu/memory.py; empty without memory events).
+    - `memory`: allocated memory's step peaks, their growth and each growing device's runway
+      (analyses/gpu/memory.py: memory.Memory; empty without memory events).
     - `critical_path`: the critical path per sampled (rank, step) and the what-if scenarios
       (analyses/critical_path/critical_path.py: critical_path.CriticalPath).
     - `copies`: rank, device, copy_kind, src_memory, dst_memory, count, bytes, time_ns, gbps.
@@ -331,8 +314,6 @@ class Metrics:
       `overlap_model`: per device, what overlapping its exposed communication with compute
       saves (collectives.overlap_impact); `cast_model`: what cutting the copy and cast
       kernels saves (kernels.cast_impact).
-    - `memory_runway`: per device of `memory_growth`, its step peaks and the steps until its
-      memory is full at that growth (memory.runway).
     - `startup_model`: per device, its window, its one-time work, the GPU idle under it and
       the calls that name it (startup.per_device).
     """
@@ -344,16 +325,15 @@ class Metrics:
     kernels: Kernels
     idle: Idle
     critical_path: CriticalPath
+    memory: Memory
     collectives: pl.DataFrame
     rank_waits: pl.DataFrame
     copies: pl.DataFrame
     slowest_rank: int | None
     bandwidth: pl.DataFrame
     matmul_shapes: pl.DataFrame
-    memory_peaks: pl.DataFrame
     non_tc_gemms: pl.DataFrame
     early_starts: pl.DataFrame
-    memory_growth: pl.DataFrame
     excluded_steps: pl.DataFrame
     warmup_steps: pl.DataFrame
     outside_window: pl.DataFrame
@@ -377,7 +357,6 @@ class Metrics:
     shape_model: tuple[ShapeImpact, ...]
     overlap_model: tuple[OverlapImpact, ...]
     cast_model: CastImpact
-    memory_runway: tuple[MemoryRunway, ...]
     startup_model: tuple[DeviceStartup, ...]
 
     def __post_init__(self) -> None:

@@ -213,11 +213,10 @@ def _merge(
         slowest_rank=slowest,
         bandwidth=_longest_first(parts, "bandwidth", ["rank", "device", "op_name"]),
         matmul_shapes=matmuls,
-        memory_peaks=peaks,
         non_tc_gemms=_concat(parts, "non_tc_gemms"),
         early_starts=_concat(parts, "early_starts"),
-        memory_growth=grown,
         critical_path=critical_path.CriticalPath.of(paths),
+        memory=memory.Memory(peaks=peaks, growth=grown, runway=memory.runway(grown, peaks, infos)),
         excluded_steps=steady.excluded_rows(per_step, flagged),
         warmup_steps=_concat(parts, "warmup_steps"),
         outside_window=_concat(parts, "outside_window"),
@@ -233,7 +232,6 @@ def _merge(
         shape_model=shapes.shape_impact(matmuls, dev, infos, counts),
         overlap_model=collectives.overlap_impact(dev, per_device_comm, split, savings, counts),
         cast_model=kernels.cast_impact(kernel_classes, top_kernels, paths.steps, counts),
-        memory_runway=memory.runway(grown, peaks, infos),
         startup_model=startup.per_device(dev, once, once_idle),
     )
 

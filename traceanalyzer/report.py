@@ -288,7 +288,7 @@ def _rank_figures(metrics: Metrics, rank: int) -> dict[str, Any]:
         **{k: row.get(k) for k in RANK_FIGURES},
         "comm_bytes": c["bytes"] // row["steps"] if c.get("bytes") and row.get("steps") else None,
         "busbw_gbps": c.get("busbw_gbps"),
-        "host_phases": host_phase_medians(metrics.host_phases, rank),
+        "host_phases": host_phase_medians(metrics.host_phases.steps, rank),
     }
 
 

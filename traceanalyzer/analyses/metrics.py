@@ -9,6 +9,7 @@ import polars as pl
 
 from traceanalyzer.analyses.critical_path import critical_path
 from traceanalyzer.analyses.gpu import fusion, idle, kernels, memory
+from traceanalyzer.analyses.host import host_phases
 from traceanalyzer.analyses.timeline import startup, steady
 from traceanalyzer.analyses.timeline.frames import SchemaDriftError, check_schema
 
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from traceanalyzer.analyses.gpu.kernels import CastImpact, Kernels
     from traceanalyzer.analyses.gpu.memory import Memory
     from traceanalyzer.analyses.gpu.shapes import ShapeImpact
+    from traceanalyzer.analyses.host.host_phases import HostPhases
     from traceanalyzer.analyses.timeline.startup import DeviceStartup
     from traceanalyzer.analyses.timeline.windows import StepCounts
 
@@ -158,23 +160,6 @@ FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
         "early_share": pl.Float64,
         "max_early_ns": pl.Int64,
     },
-    "host_phases": {
-        "rank": pl.Int32,
-        "step": pl.Int64,
-        "step_ns": pl.Int64,
-        "data_loading_ns": pl.Int64,
-        "optimizer_ns": pl.Int64,
-        "backward_ns": pl.Int64,
-        "forward_ns": pl.Int64,
-        "other_ns": pl.Int64,
-    },
-    "kernel_phases": {
-        "rank": pl.Int32,
-        "phase": pl.String,
-        "kernels": pl.Int64,
-        "kernel_ns": pl.Int64,
-        "tiny": pl.Int64,
-    },
     "attention": {
         "rank": pl.Int32,
         "device": pl.Int32,
@@ -224,6 +209,7 @@ FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
     **{f"idle.{k}": dict(v) for k, v in idle.Idle.SCHEMAS.items()},
     **{f"critical_path.{k}": dict(v) for k, v in critical_path.CriticalPath.SCHEMAS.items()},
     **{f"memory.{k}": dict(v) for k, v in memory.Memory.SCHEMAS.items()},
+    **{f"host_phases.{k}": dict(v) for k, v in host_phases.HostPhases.SCHEMAS.items()},
 }
 #: Columns a frame carries only where the trace has them (`<field>.<frame>` for a typed
 #: result's, from its `OPTIONAL`).
@@ -282,11 +268,9 @@ class Metrics:
       (analyses/distributed/collectives.py).
     - `flops`: FLOPs per device and steady step, achieved TFLOP/s, MFU, and the roofline of
       the matrix and attention operators (analyses/gpu/flops.py).
-    - `host_phases`: rank, step, step_ns and `<phase>_ns` of each steady host step: where
-      the host's time goes (data_loading, optimizer, backward, forward, other;
-      analyses/host/host_phases.py; empty without CPU operators).
-    - `kernel_phases`: rank, phase, kernels, kernel_ns, tiny: the steady steps' kernels by
-      the host phase that launched them (host_phases.kernel_phases).
+    - `host_phases`: where the host's time goes, per steady host step and by the phase that
+      launched the kernels (analyses/host/host_phases.py: host_phases.HostPhases; empty
+      without CPU operators).
     - `attention`: rank, device, n, t, s, d, causal, backward, ops, calls, kernel_ns,
       fused_ns: attention computed by hand over n x T x S score tensors
       (analyses/gpu/attention.py).
@@ -340,8 +324,7 @@ class Metrics:
     facts: RunFacts
     collective_split: CollectiveSplit
     flops: Flops
-    host_phases: pl.DataFrame
-    kernel_phases: pl.DataFrame
+    host_phases: HostPhases
     attention: pl.DataFrame
     balance: RankBalance
     memory_model: pl.DataFrame

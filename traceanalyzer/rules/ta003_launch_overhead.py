@@ -119,7 +119,7 @@ class LaunchOverhead(Rule):
                 )
             impact = _impact(ctx, d["rank"], d["device"], launch)
             advice = advise.host_overhead(ctx)
-            origin = optimizer_tiny_share(ctx.metrics.kernel_phases, d["rank"])
+            origin = optimizer_tiny_share(ctx.metrics.host_phases.kernels, d["rank"])
             from_optimizer = ""
             if origin is not None and origin >= OPTIMIZER_SHARE:
                 # the fix is the optimizer's: it saves those launches' share

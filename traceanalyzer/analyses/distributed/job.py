@@ -28,6 +28,7 @@ from traceanalyzer.analyses.gpu import (
     memory,
     shapes,
 )
+from traceanalyzer.analyses.host import host_phases
 from traceanalyzer.analyses.metrics import Metrics
 from traceanalyzer.analyses.timeline import startup, steady
 from traceanalyzer.analyses.timeline.windows import DEVICE_KEY, step_counts
@@ -200,8 +201,9 @@ def _merge(
             infos,
             dev.select(*key, "gemm_ns"),
         ),
-        host_phases=_concat(parts, "host_phases"),
-        kernel_phases=_concat(parts, "kernel_phases"),
+        host_phases=host_phases.HostPhases(
+            steps=_concat(parts, "host_phases"), kernels=_concat(parts, "kernel_phases")
+        ),
         attention=_concat(parts, "attention"),
         memory_model=mem_model,
         fusion_patterns=mem_patterns,

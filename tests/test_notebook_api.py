@@ -213,9 +213,9 @@ def test_critical_path_graph_is_the_reports_path(healthy: Analysis) -> None:
 
 def _check_graph(a: Analysis, g: nx.DiGraph, rank: int) -> None:
     step = g.graph["step"]
-    want = a.metrics.critical_steps.filter((pl.col("rank") == rank) & (pl.col("step") == step))[
-        "path_ns"
-    ].item()
+    want = a.metrics.critical_path.steps.filter(
+        (pl.col("rank") == rank) & (pl.col("step") == step)
+    )["path_ns"].item()
     sink, source = g.graph["sink"], g.graph["source"]
     (job,) = [n for n, d in g.nodes(data=True) if d["kind"] == "job"]
     dist = {job: 0}

@@ -125,7 +125,7 @@ def test_known_workloads_show_what_their_readme_says() -> None:
     t = tiny.devices.row(0, named=True)
     assert t["kernel_count"] == 6000
     assert t["idle_share"] > 0.93  # "idle about 95 %"
-    assert tiny.kernel_histogram.filter(tiny.kernel_histogram["count"] > 0)["hi_ns"].max() <= 2000
+    assert tiny.kernels.histogram.filter(tiny.kernels.histogram["count"] > 0)["hi_ns"].max() <= 2000
 
 
 #: DeepSeek's public DualPipe trace (deepseek-ai/profile-data `train.json`), wherever the

@@ -94,7 +94,7 @@ def test_rocm_trace_analyses_match_plain_loops(rel: str) -> None:
         and ev.get("ph") == "X"
         and reference.STEP_RE.match(str(ev.get("name", "")))
     }
-    paths = metrics.critical_steps
+    paths = metrics.critical_path.steps
     assert (0 < paths.height <= len(markers)) if metrics.steps.height else paths.height == 0
     kinds = ("gpu_compute_ns", "comm_ns", "copy_ns", "cpu_ns", "sync_wait_ns", "idle_ns")
     for p in paths.iter_rows(named=True):

@@ -138,7 +138,7 @@ def diagnose(meta: TraceMeta, metrics: Metrics, settings: Settings | None = None
         ctx = context(metrics, meta)
         findings = run_rules(ctx, settings or Settings())
     with stage("report"):
-        return _report(meta, metrics, findings, ctx, per_rank(metrics.critical_steps))
+        return _report(meta, metrics, findings, ctx, per_rank(metrics.critical_path.steps))
 
 
 def _report(
@@ -184,7 +184,7 @@ def context(metrics: Metrics, meta: TraceMeta) -> Context:
     """What the rules read: metrics, meta, the mean saving per step of each what-if, the
     steady step of each rank (the loop's period, `steady.loop_periods`; without step
     markers, each rank's window: one step), and the run context."""
-    steps = metrics.critical_steps.group_by("rank").agg(pl.col("step_ns").mean())
+    steps = metrics.critical_path.steps.group_by("rank").agg(pl.col("step_ns").mean())
     if metrics.periods.height:  # the loop's period, where the steps tell it
         steps = metrics.periods.select("rank", step_ns="period_ns").filter(pl.col("step_ns") > 0)
     if metrics.basis == "trace":  # no step markers: the whole window is one step
@@ -192,7 +192,7 @@ def context(metrics: Metrics, meta: TraceMeta) -> Context:
     return Context(
         metrics=metrics,
         meta=meta,
-        what_if=mean_savings(metrics.what_if),
+        what_if=mean_savings(metrics.critical_path.what_if),
         step_ns={r: round(v) for r, v in steps.iter_rows()},
         run=decide(metrics.facts, meta, metrics),
     )

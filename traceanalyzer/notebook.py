@@ -247,20 +247,20 @@ class Analysis:
     @property
     def kernels(self) -> pl.DataFrame:
         """One row per kernel name: count, total_ns inside the windows, share of kernel time."""
-        return self.metrics.kernel_names.select(COLUMNS["kernels"])
+        return self.metrics.kernels.names.select(COLUMNS["kernels"])
 
     @property
     def gaps(self) -> pl.DataFrame:
         """Idle gaps with their cause (the longest per device, and every gap during a sync,
         for a folder of ranks; every gap for one file)."""
-        return self.metrics.gaps.with_columns(pl.col("cause").cast(pl.String)).select(
+        return self.metrics.idle.gaps.with_columns(pl.col("cause").cast(pl.String)).select(
             COLUMNS["gaps"]
         )
 
     @property
     def syncs(self) -> pl.DataFrame:
         """Host-device syncs by call site: count, per step, the GPU idle they cause."""
-        return self.metrics.sync_sites.select(COLUMNS["syncs"])
+        return self.metrics.idle.sync_sites.select(COLUMNS["syncs"])
 
     @property
     def collectives(self) -> pl.DataFrame:
@@ -330,7 +330,7 @@ class Analysis:
         report counts it (`critical_path` entries)."""
         from traceanalyzer.analyses.critical_path import critical_path
 
-        steps = self.metrics.critical_steps.filter(pl.col("rank") == rank)
+        steps = self.metrics.critical_path.steps.filter(pl.col("rank") == rank)
         if steps.height == 0:
             raise ValueError(f"no critical path was analysed for rank {rank}")
         chosen = int(steps["step"][0]) if step is None else step
@@ -341,7 +341,7 @@ class Analysis:
             )
         return critical_path.step_digraph(
             self.timeline(),
-            self.metrics,
+            self.metrics.critical_path,
             rank,
             chosen,
             step_pattern=self._options.get("step_pattern"),

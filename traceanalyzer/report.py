@@ -288,7 +288,7 @@ def _rank_figures(metrics: Metrics, rank: int) -> dict[str, Any]:
         **{k: row.get(k) for k in RANK_FIGURES},
         "comm_bytes": c["bytes"] // row["steps"] if c.get("bytes") and row.get("steps") else None,
         "busbw_gbps": c.get("busbw_gbps"),
-        "host_phases": host_phase_medians(metrics.host_phases, rank),
+        "host_phases": host_phase_medians(metrics.host_phases.steps, rank),
     }
 
 
@@ -728,7 +728,7 @@ def build_report(
     outside = _rows(metrics.outside_window)
     span = metrics.windows.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
     q = meta.quality
-    longest = longest_first(metrics.gaps).head(LONGEST_GAPS)
+    longest = longest_first(metrics.idle.gaps).head(LONGEST_GAPS)
     return Report(
         source={
             "path": meta.path,
@@ -763,31 +763,31 @@ def build_report(
         devices=devices,
         steps=steps,
         kernels={
-            "count": metrics.kernel_count,
-            "total_ns": metrics.kernel_total_ns,
+            "count": metrics.kernels.count,
+            "total_ns": metrics.kernels.total_ns,
             "duration_histogram": [
                 {"lo_ns": lo, "hi_ns": hi, "count": c, "total_ns": t}
-                for lo, hi, c, t in metrics.kernel_histogram.select(
+                for lo, hi, c, t in metrics.kernels.histogram.select(
                     "lo_ns", "hi_ns", "count", "total_ns"
                 ).iter_rows()
             ],
             "top": [
                 {"name": n, "count": c, "total_ns": t, "share": s}
-                for n, c, t, s in metrics.top_kernels.select(
+                for n, c, t, s in metrics.kernels.top.select(
                     "name", "count", "total_ns", "share"
                 ).iter_rows()
             ],
-            "classes": _rows(metrics.kernel_classes),
-            "launch_size_histogram": _rows(metrics.launch_size_histogram),
+            "classes": _rows(metrics.kernels.classes),
+            "launch_size_histogram": _rows(metrics.kernels.launch_size_histogram),
             "small_kernels": {
                 "limit_ns": SMALL_KERNEL_NS,
-                "count_share": metrics.small_kernel_count_share,
-                "time_share": metrics.small_kernel_time_share,
+                "count_share": metrics.kernels.small_count_share,
+                "time_share": metrics.kernels.small_time_share,
             },
         },
         idle={
-            "launch_gap_max_ns": metrics.launch_gap_max_ns,
-            "gap_histogram": _rows(metrics.gap_histogram),
+            "launch_gap_max_ns": metrics.idle.launch_gap_max_ns,
+            "gap_histogram": _rows(metrics.idle.gap_histogram),
             "longest_gaps": _rows(
                 longest.select(
                     "rank",
@@ -800,8 +800,8 @@ def build_report(
                     "sync_name",
                 )
             ),
-            "syncs_per_step": _rows(metrics.syncs_per_step),
-            "sync_sites": _rows(metrics.sync_sites),
+            "syncs_per_step": _rows(metrics.idle.syncs_per_step),
+            "sync_sites": _rows(metrics.idle.sync_sites),
         },
         communication={
             "per_collective": _rows(
@@ -829,9 +829,9 @@ def build_report(
         critical_path=tuple(critical_path or ()),
         context=dict(context or {}),
         verdict=verdict(devices, list(critical_path or ()), list(findings or ())),
-        timeline_bins=tuple(_rows(metrics.timeline_bins)),
-        memory_growth=tuple(_rows(metrics.memory_growth)),
-        memory_steps=tuple(_rows(metrics.memory_peaks.sort("rank", "device", "step"))),
+        timeline_bins=tuple(_rows(metrics.idle.timeline_bins)),
+        memory_growth=tuple(_rows(metrics.memory.growth)),
+        memory_steps=tuple(_rows(metrics.memory.peaks.sort("rank", "device", "step"))),
         matmul_shapes=tuple(_rows(metrics.matmul_shapes.head(TOP_BANDWIDTH_OPS))),
         roofline=tuple(_rows(metrics.flops.roofline.head(TOP_ROOFLINE_OPS))),
     )

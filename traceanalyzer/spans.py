@@ -48,7 +48,7 @@ def finding_spans(f: Finding, metrics: Metrics, timeline: Timeline) -> pl.DataFr
     windows = metrics.windows.filter(where).select("rank", "device", "start_ns", "end_ns")
     inside = windows.rename({"start_ns": "w_start", "end_ns": "w_end"})
     if f.category in GAP_CAUSE:
-        spans = metrics.gaps.filter(where & (pl.col("cause") == GAP_CAUSE[f.category])).select(
+        spans = metrics.idle.gaps.filter(where & (pl.col("cause") == GAP_CAUSE[f.category])).select(
             "start_ns", "end_ns", what=pl.lit(f"idle ({GAP_CAUSE[f.category]})")
         )
     elif f.category in KERNEL_CLASS or f.category == "pageable_memcpy":

@@ -64,10 +64,12 @@ def test_each_gap_gets_its_cause(tmp_path: Path) -> None:
         "sync": 144_000,
         "host_wait": 380_000,
     }
-    gaps = m.gaps.select("start_ns", "gap_ns", pl.col("cause").cast(pl.String), "before", "after")
+    gaps = m.idle.gaps.select(
+        "start_ns", "gap_ns", pl.col("cause").cast(pl.String), "before", "after"
+    )
     assert gaps.row(0) == (100_000, 100_000, "host_wait", None, "A")
     assert gaps.row(4) == (420_000, 280_000, "host_wait", "D", "E")
-    assert m.gaps.filter(pl.col("cause") == "sync")["sync_name"].to_list() == [
+    assert m.idle.gaps.filter(pl.col("cause") == "sync")["sync_name"].to_list() == [
         "cudaStreamSynchronize"
     ]
     steps = m.steps.row(0, named=True)
@@ -82,12 +84,12 @@ def test_threshold_is_inclusive(tmp_path: Path) -> None:
 
 def test_sync_call_sites(tmp_path: Path) -> None:
     m = analyze(read(write_trace(tmp_path / "t.json", CAUSES_TRACE)))
-    site = m.sync_sites.row(0, named=True)
+    site = m.idle.sync_sites.row(0, named=True)
     assert site["name"] == "cudaStreamSynchronize"
     assert site["op"] == "aten::item"
     assert site["site"] == "train.py(88): train_step"
     assert (site["count"], site["steps"], site["per_step"], site["idle_ns"]) == (1, 1, 1.0, 144_000)
-    assert m.syncs_per_step.rows() == [(0, 1, 1)]
+    assert m.idle.syncs_per_step.rows() == [(0, 1, 1)]
 
 
 def test_comm_overlap(tmp_path: Path) -> None:
@@ -132,7 +134,7 @@ def test_moe_all_to_all_on_its_own_stream_is_communication(tmp_path: Path) -> No
     )
     per = m.collectives.select("collective", "count", "total_ns", "exposed_ns").rows()
     assert per == [("all_to_all", 2, 300_000, 200_000)]
-    classes = dict(m.kernel_classes.select("kernel_class", "total_ns").iter_rows())
+    classes = dict(m.kernels.classes.select("kernel_class", "total_ns").iter_rows())
     assert classes["comm"] == 300_000
 
 
@@ -199,7 +201,7 @@ def test_copies_by_direction_and_memory(tmp_path: Path) -> None:
 
 def test_timeline_bins_add_up(tmp_path: Path) -> None:
     m = analyze(read(write_trace(tmp_path / "t.json", CAUSES_TRACE)))
-    b = m.timeline_bins
+    b = m.idle.timeline_bins
     d = m.devices.row(0, named=True)
     assert b.height == 240
     assert int(b["busy_ns"].sum()) + sum(

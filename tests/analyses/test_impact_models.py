@@ -39,12 +39,12 @@ def _per_device_step(m: Metrics, ns: int, rank: int, device: int) -> int | None:
 @pytest.mark.parametrize("name", ["host_sync.json.gz", "host_sync_gpu_bound.json.gz"])
 def test_sync_model_against_a_loop(name: str) -> None:
     m = _metrics(name)
-    limit = m.launch_gap_max_ns
+    limit = m.idle.launch_gap_max_ns
     models = {s.rank: s for s in m.sync_model}
     assert models, name
     for rank, got in models.items():
         bubble = 0
-        for g in m.gaps.iter_rows(named=True):
+        for g in m.idle.gaps.iter_rows(named=True):
             if g["rank"] != rank or g["sync_ns"] <= 0:
                 continue
             ahead = g["start_ns"] - g["sync_start_ns"] if g["sync_start_ns"] is not None else 0
@@ -58,7 +58,7 @@ def test_sync_model_against_a_loop(name: str) -> None:
         # the sites called at least once per step, most per step first
         sites = [
             s
-            for s in m.sync_sites.iter_rows(named=True)
+            for s in m.idle.sync_sites.iter_rows(named=True)
             if s["rank"] == rank and s["per_step"] is not None and s["per_step"] >= 1.0
         ]
         sites.sort(key=lambda s: (-s["per_step"], -s["idle_ns"], s["name"], s["op"], s["site"]))
@@ -121,8 +121,8 @@ def _mean_by_rank(rows: list[dict], column: str, **match: object) -> dict[int, f
 @pytest.mark.parametrize("name", ["fp32_no_tc.json.gz", "tf32.json.gz"])
 def test_tensor_core_model_against_a_loop(name: str) -> None:
     m = _metrics(name)
-    saved = _mean_by_rank(m.what_if.to_dicts(), "saved_ns", scenario="gemm_2x")
-    on_path = _mean_by_rank(m.critical_steps.to_dicts(), "gpu_gemm_ns")
+    saved = _mean_by_rank(m.critical_path.what_if.to_dicts(), "saved_ns", scenario="gemm_2x")
+    on_path = _mean_by_rank(m.critical_path.steps.to_dicts(), "gpu_gemm_ns")
     got = {(d.rank, d.device): d for d in m.tensor_core_model}
     assert len(got) == m.devices.height
     off_somewhere = False
@@ -229,7 +229,7 @@ def test_overlap_model_against_a_loop() -> None:
 def test_cast_model_against_a_loop(name: str) -> None:
     m = _metrics(name)
     casts = count = compute = 0
-    for c in m.kernel_classes.iter_rows(named=True):
+    for c in m.kernels.classes.iter_rows(named=True):
         if c["kernel_class"] != "comm":
             compute += c["total_ns"]
         if c["kernel_class"] == "copy_cast":
@@ -240,8 +240,10 @@ def test_cast_model_against_a_loop(name: str) -> None:
     else:
         ceiling = round(casts / max(_steps(m).values()))
         impact = None
-    if m.critical_steps.height:  # the worst rank's mean copy/cast time on the path
-        impact = round(max(_mean_by_rank(m.critical_steps.to_dicts(), "gpu_copy_cast_ns").values()))
+    if m.critical_path.steps.height:  # the worst rank's mean copy/cast time on the path
+        impact = round(
+            max(_mean_by_rank(m.critical_path.steps.to_dicts(), "gpu_copy_cast_ns").values())
+        )
     if impact is not None and ceiling is not None:
         impact = min(impact, ceiling)
     model = m.cast_model
@@ -255,11 +257,11 @@ def test_memory_runway_against_a_loop() -> None:
     """leak: a step peak that grows every step on an H100 of known memory."""
     m = _metrics("leak.json.gz")
     sizes = {(d.rank, d.device): d.memory_bytes for d in read(GPU / "leak.json.gz").meta.devices}
-    assert len(m.memory_runway) == m.memory_growth.height > 0
-    for g, row in zip(m.memory_runway, m.memory_growth.iter_rows(named=True), strict=True):
+    assert len(m.memory.runway) == m.memory.growth.height > 0
+    for g, row in zip(m.memory.runway, m.memory.growth.iter_rows(named=True), strict=True):
         peaks = [
             p["peak_bytes"]
-            for p in m.memory_peaks.iter_rows(named=True)
+            for p in m.memory.peaks.iter_rows(named=True)
             if (p["rank"], p["device"]) == (g.rank, g.device)
         ]
         total = sizes[g.rank, g.device]
@@ -320,8 +322,10 @@ def test_memory_impact_model_against_a_loop(name: str) -> None:
     memory_bound_2x what-if scaled to the fusible share, under the share of the path's
     memory-bound time and under the roof's ceiling."""
     m = _metrics(name)
-    saved = _mean_by_rank(m.what_if.to_dicts(), "saved_ns", scenario="memory_bound_2x")
-    on_path = _mean_by_rank(m.critical_steps.to_dicts(), "gpu_memory_bound_ns")
+    saved = _mean_by_rank(
+        m.critical_path.what_if.to_dicts(), "saved_ns", scenario="memory_bound_2x"
+    )
+    on_path = _mean_by_rank(m.critical_path.steps.to_dicts(), "gpu_memory_bound_ns")
     best: tuple[int, int | None, dict] | None = None
     for row in m.memory_model.iter_rows(named=True):
         rank, device = row["rank"], row["device"]

@@ -13,7 +13,18 @@ from traceanalyzer.analyses.metrics import FRAME_SCHEMAS, Metrics, SchemaDriftEr
 
 
 def test_every_frame_field_is_declared() -> None:
-    frames = {f.name for f in dataclasses.fields(Metrics) if f.type in ("pl.DataFrame",)}
+    """Metrics' own frames and those of its typed results (each declares its `SCHEMAS`,
+    named `<field>.<frame>` in FRAME_SCHEMAS)."""
+    metrics = api.run(api.load(SAMPLES / "train_bf16_healthy.json.gz")).metrics
+    frames = set()
+    for f in dataclasses.fields(Metrics):
+        value = getattr(metrics, f.name)
+        if isinstance(value, pl.DataFrame):
+            frames.add(f.name)
+        elif hasattr(value, "SCHEMAS"):
+            own = {g.name for g in dataclasses.fields(value) if g.type == "pl.DataFrame"}
+            assert own == set(value.SCHEMAS), f.name
+            frames |= {f"{f.name}.{name}" for name in value.SCHEMAS}
     assert frames == set(FRAME_SCHEMAS)
 
 
@@ -26,4 +37,8 @@ def test_a_renamed_or_retyped_column_fails_where_it_is_made() -> None:
     with pytest.raises(SchemaDriftError, match="busy_ns: Float64"):
         check_frame("devices", devices.with_columns(pl.col("busy_ns").cast(pl.Float64)))
     with pytest.raises(SchemaDriftError):
-        dataclasses.replace(metrics, gaps=metrics.gaps.drop("cause"))
+        dataclasses.replace(metrics.idle, gaps=metrics.idle.gaps.drop("cause"))
+    top = metrics.kernels.top
+    check_frame("kernels.top", top)
+    with pytest.raises(SchemaDriftError, match=r"Metrics\.kernels\.top: columns"):
+        dataclasses.replace(metrics.kernels, top=top.drop("share"))

@@ -36,7 +36,7 @@ def test_zero_length_kernel_counts_but_adds_no_time(tmp_path: Path) -> None:
     m = _metrics(tmp_path, [kernel(1000, 10, "a"), kernel(1005, 0, "zero"), kernel(1020, 10, "b")])
     d = m.devices.row(0, named=True)
     assert (d["kernel_count"], d["busy_ns"], d["window_ns"]) == (3, 20_000, 30_000)
-    assert m.kernel_histogram.filter(pl.col("lo_ns") == 0)["count"].item() == 1
+    assert m.kernels.histogram.filter(pl.col("lo_ns") == 0)["count"].item() == 1
 
 
 def test_steps_are_projected_onto_the_work_they_launched(tmp_path: Path) -> None:
@@ -69,7 +69,7 @@ def test_steps_are_projected_onto_the_work_they_launched(tmp_path: Path) -> None
     ]
     d = m.devices.row(0, named=True)
     assert (d["busy_ns"], d["idle_ns"], d["kernel_count"]) == (100_000, 110_000, 3)
-    assert m.top_kernels["name"].to_list() == ["s2a", "s1a", "s1b"]
+    assert m.kernels.top["name"].to_list() == ["s2a", "s1a", "s1b"]
 
 
 def test_kernel_crossing_the_window_edge_is_clipped(tmp_path: Path) -> None:

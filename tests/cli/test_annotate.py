@@ -147,7 +147,7 @@ def test_each_finding_has_a_track_over_its_spans(tmp_path: Path) -> None:
     slices = [e for e in events if e["ph"] == "X" and e.get("tid") == tid]
     gaps = (
         analyze(api.load(src))
-        .gaps.filter(pl.col("cause") == "host_wait")
+        .idle.gaps.filter(pl.col("cause") == "host_wait")
         .sort("start_ns")
         .select("start_ns", "end_ns")
     )

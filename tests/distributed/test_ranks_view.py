@@ -92,7 +92,7 @@ def test_host_phases_against_a_loop() -> None:
             for e in orjson.loads(f.read())["traceEvents"]
             if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "user_annotation")
         ]
-    got = analyze(read(path)).host_phases
+    got = analyze(read(path)).host_phases.steps
     assert got.height == 4
     for row in got.iter_rows(named=True):
         marker = next(

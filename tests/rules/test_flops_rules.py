@@ -19,7 +19,7 @@ def test_tiny_kernels_from_a_per_parameter_optimizer_get_fused_advice() -> None:
     inside optimizer.step. TA003 names it, advises fused=True and prices those launches'
     share of the launch overhead."""
     m = analyze(read(GPU / "launch_bound_train.json.gz"))
-    phases = {r["phase"]: r for r in m.kernel_phases.iter_rows(named=True)}
+    phases = {r["phase"]: r for r in m.host_phases.kernels.iter_rows(named=True)}
     assert sum(r["kernels"] for r in phases.values()) == 4 * 1892  # every steady kernel
     assert phases["optimizer"]["tiny"] / sum(r["tiny"] for r in phases.values()) > 0.5
     rep = api.report(GPU / "launch_bound_train.json.gz")
@@ -33,7 +33,7 @@ def test_a_fused_optimizer_is_not_told_to_fuse() -> None:
     """The healthy sample's tiny kernels come from forward and backward, not the optimizer:
     no optimizer advice."""
     m = analyze(read(SAMPLES / "train_bf16_healthy.json.gz"))
-    phases = {r["phase"]: r["tiny"] for r in m.kernel_phases.iter_rows(named=True)}
+    phases = {r["phase"]: r["tiny"] for r in m.host_phases.kernels.iter_rows(named=True)}
     assert phases.get("optimizer", 0) < 0.1 * sum(phases.values())
 
 

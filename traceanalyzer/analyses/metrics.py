@@ -7,10 +7,14 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from traceanalyzer.analyses.gpu import fusion
+from traceanalyzer.analyses.critical_path import critical_path
+from traceanalyzer.analyses.gpu import fusion, idle, kernels, memory
+from traceanalyzer.analyses.host import host_phases
 from traceanalyzer.analyses.timeline import startup, steady
+from traceanalyzer.analyses.timeline.frames import SchemaDriftError, check_schema
 
 if TYPE_CHECKING:
+    from traceanalyzer.analyses.critical_path.critical_path import CriticalPath
     from traceanalyzer.analyses.distributed.collectives import CollectiveSplit, OverlapImpact
     from traceanalyzer.analyses.distributed.imbalance import RankBalance
     from traceanalyzer.analyses.facts import RunFacts
@@ -18,16 +22,20 @@ if TYPE_CHECKING:
     from traceanalyzer.analyses.gpu.flops import Flops
     from traceanalyzer.analyses.gpu.fusion import MemoryImpact
     from traceanalyzer.analyses.gpu.gemm_units import TensorCoreImpact
-    from traceanalyzer.analyses.gpu.idle import SyncImpact
-    from traceanalyzer.analyses.gpu.kernels import CastImpact
-    from traceanalyzer.analyses.gpu.memory import MemoryRunway
+    from traceanalyzer.analyses.gpu.idle import Idle, SyncImpact
+    from traceanalyzer.analyses.gpu.kernels import CastImpact, Kernels
+    from traceanalyzer.analyses.gpu.memory import Memory
     from traceanalyzer.analyses.gpu.shapes import ShapeImpact
+    from traceanalyzer.analyses.host.host_phases import HostPhases
     from traceanalyzer.analyses.timeline.startup import DeviceStartup
     from traceanalyzer.analyses.timeline.windows import StepCounts
 
+__all__ = ["FRAME_SCHEMAS", "OPTIONAL_COLUMNS", "Metrics", "SchemaDriftError", "check_frame"]
+
 #: The declared columns of every analysis result, in order: name -> dtype (`pl.Enum` stands
 #: for an Enum of any categories). `Metrics` checks its frames against them when it is built,
-#: so a renamed or retyped column fails at the analysis that made it, not silently in the
+#: and each typed result its own (`SCHEMAS`, listed here under `<field>.<frame>`), so a
+#: renamed or retyped column fails at the analysis that made it, not silently in the
 #: published JSON (the report copies several of these frames into it).
 FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
     "windows": {
@@ -84,72 +92,6 @@ FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
         "launch_overhead_ns": pl.Int64,
         "other_ns": pl.Int64,
     },
-    "kernel_histogram": {
-        "lo_ns": pl.Int64,
-        "hi_ns": pl.Int64,
-        "count": pl.Int64,
-        "total_ns": pl.Int64,
-    },
-    "launch_size_histogram": {
-        "lo_threads": pl.Int64,
-        "hi_threads": pl.Int64,
-        "count": pl.Int64,
-        "total_ns": pl.Int64,
-    },
-    "top_kernels": {
-        "name": pl.String,
-        "count": pl.Int64,
-        "total_ns": pl.Int64,
-        "share": pl.Float64,
-    },
-    "kernel_names": {
-        "name": pl.String,
-        "count": pl.Int64,
-        "total_ns": pl.Int64,
-        "share": pl.Float64,
-    },
-    "kernel_classes": {
-        "kernel_class": pl.String,
-        "count": pl.Int64,
-        "total_ns": pl.Int64,
-        "share": pl.Float64,
-    },
-    "gaps": {
-        "rank": pl.Int32,
-        "device": pl.Int32,
-        "start_ns": pl.Int64,
-        "end_ns": pl.Int64,
-        "gap_ns": pl.Int64,
-        "cause": pl.Enum,
-        "host_wait_ns": pl.Int64,
-        "sync_ns": pl.Int64,
-        "launch_overhead_ns": pl.Int64,
-        "other_ns": pl.Int64,
-        "before": pl.String,
-        "after": pl.String,
-        "launch_ns": pl.Int64,
-        "sync_name": pl.String,
-        "sync_start_ns": pl.Int64,
-    },
-    "gap_histogram": {
-        "lo_ns": pl.Int64,
-        "hi_ns": pl.Int64,
-        "count": pl.Int64,
-        "total_ns": pl.Int64,
-        "host_wait_ns": pl.Int64,
-        "sync_ns": pl.Int64,
-        "launch_overhead_ns": pl.Int64,
-        "other_ns": pl.Int64,
-    },
-    "sync_calls": {
-        "rank": pl.Int32,
-        "step": pl.Int64,
-        "name": pl.String,
-        "op": pl.String,
-        "site": pl.String,
-        "start_ns": pl.Int64,
-        "idle_ns": pl.Int64,
-    },
     "collectives": {
         "rank": pl.Int32,
         "device": pl.Int32,
@@ -176,21 +118,6 @@ FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
         "time_ns": pl.Int64,
         "gbps": pl.Float64,
     },
-    "sync_sites": {
-        "rank": pl.Int32,
-        "name": pl.String,
-        "op": pl.String,
-        "site": pl.String,
-        "count": pl.Int64,
-        "steps": pl.Int64,
-        "idle_ns": pl.Int64,
-        "per_step": pl.Float64,
-    },
-    "syncs_per_step": {
-        "rank": pl.Int32,
-        "step": pl.Int64,
-        "count": pl.Int64,
-    },
     "bandwidth": {
         "rank": pl.Int32,
         "device": pl.Int32,
@@ -216,13 +143,6 @@ FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
         "align": pl.Int64,
         "misaligned": pl.String,
     },
-    "memory_peaks": {
-        "rank": pl.Int32,
-        "device": pl.Int32,
-        "step": pl.Int64,
-        "peak_bytes": pl.Int64,
-        "end_bytes": pl.Int64,
-    },
     "non_tc_gemms": {
         "rank": pl.Int32,
         "device": pl.Int32,
@@ -239,70 +159,6 @@ FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
         "early": pl.Int64,
         "early_share": pl.Float64,
         "max_early_ns": pl.Int64,
-    },
-    "timeline_bins": {
-        "rank": pl.Int32,
-        "device": pl.Int32,
-        "bin": pl.Int64,
-        "start_ns": pl.Int64,
-        "end_ns": pl.Int64,
-        "busy_ns": pl.Int64,
-        "host_wait_ns": pl.Int64,
-        "sync_ns": pl.Int64,
-        "launch_overhead_ns": pl.Int64,
-        "other_ns": pl.Int64,
-    },
-    "memory_growth": {
-        "rank": pl.Int32,
-        "device": pl.Int32,
-        "steps": pl.Int64,
-        "first_peak_bytes": pl.Int64,
-        "last_peak_bytes": pl.Int64,
-        "per_step_bytes": pl.Float64,
-        "rising_share": pl.Float64,
-        "growth_bytes": pl.Int64,
-    },
-    "critical_steps": {
-        "rank": pl.Int32,
-        "step": pl.Int64,
-        "name": pl.String,
-        "step_ns": pl.Int64,
-        "path_ns": pl.Int64,
-        "gpu_compute_ns": pl.Int64,
-        "comm_ns": pl.Int64,
-        "copy_ns": pl.Int64,
-        "cpu_ns": pl.Int64,
-        "sync_wait_ns": pl.Int64,
-        "idle_ns": pl.Int64,
-        "gpu_gemm_ns": pl.Int64,
-        "gpu_memory_bound_ns": pl.Int64,
-        "gpu_copy_cast_ns": pl.Int64,
-        "gpu_other_ns": pl.Int64,
-        "cpu_launch_ns": pl.Int64,
-        "crosses_ranks": pl.Boolean,
-    },
-    "what_if": {
-        "rank": pl.Int32,
-        "step": pl.Int64,
-        "scenario": pl.String,
-        "saved_ns": pl.Int64,
-    },
-    "host_phases": {
-        "rank": pl.Int32,
-        "step": pl.Int64,
-        "step_ns": pl.Int64,
-        "data_loading_ns": pl.Int64,
-        "optimizer_ns": pl.Int64,
-        "backward_ns": pl.Int64,
-        "forward_ns": pl.Int64,
-        "other_ns": pl.Int64,
-    },
-    "kernel_phases": {
-        "rank": pl.Int32,
-        "phase": pl.String,
-        "kernels": pl.Int64,
-        "kernel_ns": pl.Int64,
-        "tiny": pl.Int64,
     },
     "attention": {
         "rank": pl.Int32,
@@ -349,44 +205,23 @@ FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
         "after_count": pl.Int64,
         "after_ns": pl.Int64,
     },
+    **{f"kernels.{k}": dict(v) for k, v in kernels.Kernels.SCHEMAS.items()},
+    **{f"idle.{k}": dict(v) for k, v in idle.Idle.SCHEMAS.items()},
+    **{f"critical_path.{k}": dict(v) for k, v in critical_path.CriticalPath.SCHEMAS.items()},
+    **{f"memory.{k}": dict(v) for k, v in memory.Memory.SCHEMAS.items()},
+    **{f"host_phases.{k}": dict(v) for k, v in host_phases.HostPhases.SCHEMAS.items()},
 }
-#: Columns a frame carries only where the trace has them: `timeline_bins` gains the
-#: communication split in a job with collectives.
+#: Columns a frame carries only where the trace has them (`<field>.<frame>` for a typed
+#: result's, from its `OPTIONAL`).
 OPTIONAL_COLUMNS: dict[str, dict[str, Any]] = {
-    "timeline_bins": {"comm_ns": pl.Int64, "comm_wait_ns": pl.Int64},
+    f"idle.{k}": dict(v) for k, v in idle.Idle.OPTIONAL.items()
 }
-
-
-class SchemaDriftError(AssertionError):
-    """An analysis produced a frame that does not match its declared schema (a bug)."""
-
-
-def _matches(dtype: pl.DataType, declared: Any) -> bool:
-    if declared is pl.Enum:
-        return isinstance(dtype, pl.Enum)
-    return bool(dtype == declared)
 
 
 def check_frame(name: str, frame: pl.DataFrame) -> None:
     """Raise SchemaDriftError where `frame` is not `FRAME_SCHEMAS[name]` (plus the frame's
     optional columns, at the end, in order)."""
-    declared = dict(FRAME_SCHEMAS[name])
-    optional = OPTIONAL_COLUMNS.get(name, {})
-    names = list(frame.columns)
-    extra = names[len(declared) :]
-    if names[: len(declared)] != list(declared) or extra != list(optional)[: len(extra)]:
-        raise SchemaDriftError(
-            f"Metrics.{name}: columns {names}, declared {list(declared)}"
-            + (f" (+ optional {list(optional)})" if optional else "")
-        )
-    declared |= optional
-    wrong = [
-        f"{col}: {dtype} (declared {declared[col]})"
-        for col, dtype in frame.schema.items()
-        if not _matches(dtype, declared[col])
-    ]
-    if wrong:
-        raise SchemaDriftError(f"Metrics.{name}: {', '.join(wrong)}")
+    check_schema(f"Metrics.{name}", frame, FRAME_SCHEMAS[name], OPTIONAL_COLUMNS.get(name))
 
 
 @dataclass(frozen=True, slots=True)
@@ -401,35 +236,26 @@ class Metrics:
       share_of_gemm, share_of_kernel.
     - `steps`: rank, device, step, name, start_ns, end_ns, busy_ns, idle_share,
       kernel_count, `<cause>_ns`.
-    - `kernel_histogram`: lo_ns, hi_ns, count, total_ns (log-spaced duration bins).
-    - `launch_size_histogram`: lo_threads, hi_threads, count, total_ns.
-    - `top_kernels`: name, count, total_ns, share; `kernel_classes`: kernel_class, count,
-      total_ns, share; `kernel_names`: every kernel name's (name, count, total_ns, share).
-    - `gaps`: every idle gap (rank, device, start_ns, end_ns, gap_ns, cause, before, after,
-      launch_ns, sync_name, sync_start_ns); a folder reduced rank by rank keeps those the
-      report and rules read (idle.read_gaps); `gap_histogram` (of every gap): lo_ns, hi_ns,
-      count, total_ns and ns per cause.
-    - `sync_calls`: host syncs with rank, step, name, op, site, start_ns, idle_ns.
+    - `kernels`: the kernels' histograms, top kernels, classes, names, count and time, and
+      the small kernels' shares (analyses/gpu/kernels.py: kernels.Kernels).
+    - `idle`: the idle gaps by cause, their histogram, the host syncs, their call sites and
+      count per step, the timeline strip's bins and the launch-gap limit
+      (analyses/gpu/idle.py: idle.Idle).
     - `collectives`: rank, device, collective, count, total_ns, exposed_ns, msg_bytes.
     - `rank_waits`: rank, collectives, comm_ns, wait_ns (empty for a single rank).
-    - `sync_sites`: rank, name, op, site, count, steps, per_step, idle_ns;
-      `syncs_per_step`: rank, step, count; `slowest_rank`: the rank others wait for (the
-      largest own time: `balance`; without steps, the rank that waits least).
+    - `slowest_rank`: the rank others wait for (the largest own time: `balance`; without
+      steps, the rank that waits least).
     - `bandwidth`: rank, device, op_name, ops, kernel_ns, bytes, gbps, peak_gbps,
       share_of_peak: memory-bound operators' achieved bandwidth (where shapes are recorded).
     - `matmul_shapes`: rank, device, op_name, m, n, k, dtype, calls, kernel_ns, align,
       misaligned (see analyses/gpu/shapes.py).
-    - `timeline_bins`: rank, device, bin, start_ns, end_ns, busy_ns, `<cause>_ns`: each
-      window cut into equal bins (for the timeline strip).
     - `non_tc_gemms`: rank, device, name, evidence, op_dtype, count, total_ns: GEMM kernels
       off the Tensor Cores (analyses/gpu/gemm_units.py); `early_starts`: rank, device, linked,
       early, early_share, max_early_ns: GPU work starting before its launch (clock.py).
-    - `memory_peaks`: rank, device, step, peak_bytes, end_bytes; `memory_growth`: rank,
-      device, steps, first_peak_bytes, last_peak_bytes, growth_bytes, per_step_bytes,
-      rising_share (see analyses/gpu/memory.py; empty without memory events).
-    - `critical_steps`: the critical path per (rank, step): step_ns, path_ns, `<kind>_ns`,
-      gpu_<class>_ns, cpu_launch_ns, crosses_ranks; `what_if`: rank, step, scenario,
-      saved_ns (see analyses/critical_path/critical_path.py).
+    - `memory`: allocated memory's step peaks, their growth and each growing device's runway
+      (analyses/gpu/memory.py: memory.Memory; empty without memory events).
+    - `critical_path`: the critical path per sampled (rank, step) and the what-if scenarios
+      (analyses/critical_path/critical_path.py: critical_path.CriticalPath).
     - `copies`: rank, device, copy_kind, src_memory, dst_memory, count, bytes, time_ns, gbps.
     - `excluded_steps`: rank, step, name, step_ns, reason: warm-up and outlier steps left out
       of the window (see analyses/timeline/steady.py); `warmup_steps`: their rows per device (rank,
@@ -442,11 +268,9 @@ class Metrics:
       (analyses/distributed/collectives.py).
     - `flops`: FLOPs per device and steady step, achieved TFLOP/s, MFU, and the roofline of
       the matrix and attention operators (analyses/gpu/flops.py).
-    - `host_phases`: rank, step, step_ns and `<phase>_ns` of each steady host step: where
-      the host's time goes (data_loading, optimizer, backward, forward, other;
-      analyses/host/host_phases.py; empty without CPU operators).
-    - `kernel_phases`: rank, phase, kernels, kernel_ns, tiny: the steady steps' kernels by
-      the host phase that launched them (host_phases.kernel_phases).
+    - `host_phases`: where the host's time goes, per steady host step and by the phase that
+      launched the kernels (analyses/host/host_phases.py: host_phases.HostPhases; empty
+      without CPU operators).
     - `attention`: rank, device, n, t, s, d, causal, backward, ops, calls, kernel_ns,
       fused_ns: attention computed by hand over n x T x S score tensors
       (analyses/gpu/attention.py).
@@ -474,8 +298,6 @@ class Metrics:
       `overlap_model`: per device, what overlapping its exposed communication with compute
       saves (collectives.overlap_impact); `cast_model`: what cutting the copy and cast
       kernels saves (kernels.cast_impact).
-    - `memory_runway`: per device of `memory_growth`, its step peaks and the steps until its
-      memory is full at that growth (memory.runway).
     - `startup_model`: per device, its window, its one-time work, the GPU idle under it and
       the calls that name it (startup.per_device).
     """
@@ -484,42 +306,25 @@ class Metrics:
     windows: pl.DataFrame
     devices: pl.DataFrame
     steps: pl.DataFrame
-    kernel_histogram: pl.DataFrame
-    launch_size_histogram: pl.DataFrame
-    top_kernels: pl.DataFrame
-    kernel_classes: pl.DataFrame
-    kernel_names: pl.DataFrame
-    kernel_count: int
-    kernel_total_ns: int
-    small_kernel_count_share: float | None
-    small_kernel_time_share: float | None
-    gaps: pl.DataFrame
-    gap_histogram: pl.DataFrame
-    sync_calls: pl.DataFrame
+    kernels: Kernels
+    idle: Idle
+    critical_path: CriticalPath
+    memory: Memory
     collectives: pl.DataFrame
     rank_waits: pl.DataFrame
     copies: pl.DataFrame
-    launch_gap_max_ns: int
-    sync_sites: pl.DataFrame
-    syncs_per_step: pl.DataFrame
     slowest_rank: int | None
     bandwidth: pl.DataFrame
     matmul_shapes: pl.DataFrame
-    memory_peaks: pl.DataFrame
     non_tc_gemms: pl.DataFrame
     early_starts: pl.DataFrame
-    timeline_bins: pl.DataFrame
-    memory_growth: pl.DataFrame
-    critical_steps: pl.DataFrame
-    what_if: pl.DataFrame
     excluded_steps: pl.DataFrame
     warmup_steps: pl.DataFrame
     outside_window: pl.DataFrame
     facts: RunFacts
     collective_split: CollectiveSplit
     flops: Flops
-    host_phases: pl.DataFrame
-    kernel_phases: pl.DataFrame
+    host_phases: HostPhases
     attention: pl.DataFrame
     balance: RankBalance
     memory_model: pl.DataFrame
@@ -535,7 +340,6 @@ class Metrics:
     shape_model: tuple[ShapeImpact, ...]
     overlap_model: tuple[OverlapImpact, ...]
     cast_model: CastImpact
-    memory_runway: tuple[MemoryRunway, ...]
     startup_model: tuple[DeviceStartup, ...]
 
     def __post_init__(self) -> None:

@@ -169,7 +169,7 @@ def _startup_idle(ctx: Context, rank: int, device: int) -> int:
 
 def _phases(ctx: Context, rank: int) -> dict[str, int] | None:
     """The rank's host time per steady step by phase (medians), where recorded."""
-    return host_phase_medians(ctx.metrics.host_phases, rank)
+    return host_phase_medians(ctx.metrics.host_phases.steps, rank)
 
 
 def _top_phase(phases: dict[str, int] | None) -> tuple[str, int] | None:

@@ -119,7 +119,7 @@ class LaunchOverhead(Rule):
                 )
             impact = _impact(ctx, d["rank"], d["device"], launch)
             advice = advise.host_overhead(ctx)
-            origin = optimizer_tiny_share(ctx.metrics.kernel_phases, d["rank"])
+            origin = optimizer_tiny_share(ctx.metrics.host_phases.kernels, d["rank"])
             from_optimizer = ""
             if origin is not None and origin >= OPTIMIZER_SHARE:
                 # the fix is the optimizer's: it saves those launches' share
@@ -139,8 +139,8 @@ class LaunchOverhead(Rule):
                     "host_wait_inside_steps_ns": inside,
                     "kernel_count": count,
                     "mean_kernel_ns": mean_kernel,
-                    "small_kernel_count_share": ctx.metrics.small_kernel_count_share,
-                    "small_kernel_time_share": ctx.metrics.small_kernel_time_share,
+                    "small_kernel_count_share": ctx.metrics.kernels.small_count_share,
+                    "small_kernel_time_share": ctx.metrics.kernels.small_time_share,
                     "tiny_kernel_share_from_optimizer": origin,
                     "threshold_share": t.min_launch_idle_share,
                 },

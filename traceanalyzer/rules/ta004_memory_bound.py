@@ -99,7 +99,7 @@ class MemoryBound(Rule):
     ]
 
     def check(self, ctx: Context, t: Thresholds) -> Iterable[Finding]:
-        classes = {r["kernel_class"]: r["total_ns"] for r in ctx.metrics.kernel_classes.to_dicts()}
+        classes = {r["kernel_class"]: r["total_ns"] for r in ctx.metrics.kernels.classes.to_dicts()}
         compute = sum(ns for c, ns in classes.items() if c != "comm")
         bound = classes.get("memory_bound", 0)
         if not compute or bound / compute < t.min_memory_bound_share:

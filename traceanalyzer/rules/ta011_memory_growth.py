@@ -94,7 +94,7 @@ class MemoryGrowth(Rule):
     example_good: ClassVar[list[Event]] = _leaky(grow=False)
 
     def check(self, ctx: Context, t: Thresholds) -> Iterable[Finding]:
-        for g in ctx.metrics.memory_runway:
+        for g in ctx.metrics.memory.runway:
             if not (
                 g.steps >= t.min_steps
                 and g.growth_bytes is not None

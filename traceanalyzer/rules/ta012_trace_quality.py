@@ -118,12 +118,12 @@ class TraceQuality(Rule):
                 ctx,
                 f"{len(q.truncated_files)} trace file(s) cut off mid-event: "
                 f"{', '.join(q.truncated_files)}; the events before the cut were kept "
-                f"({ctx.metrics.kernel_count} kernels over {span / 1e6:.1f} ms of GPU time); "
+                f"({ctx.metrics.kernels.count} kernels over {span / 1e6:.1f} ms of GPU time); "
                 "what came after the cut is missing from every figure",
                 {
                     "truncated_files": list(q.truncated_files),
                     "notes": list(q.notes),
-                    "kernels_read": ctx.metrics.kernel_count,
+                    "kernels_read": ctx.metrics.kernels.count,
                     "read_span_ns": span,
                 },
                 severity=Severity.WARNING,

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import polars as pl
@@ -47,12 +47,11 @@ from traceanalyzer.analyses.critical_path.critical_graph import (
 )
 from traceanalyzer.analyses.critical_path.longest_path import I64
 from traceanalyzer.analyses.gpu.devices import share
+from traceanalyzer.analyses.timeline.frames import Schemas, check_frames
 from traceanalyzer.model import Timeline
 
 if TYPE_CHECKING:
     import networkx as nx
-
-    from traceanalyzer.analyses.metrics import Metrics
 
 #: The contract's `by_kind` keys, in order.
 PATH_KINDS: tuple[str, ...] = ("gpu_compute", "comm", "copy", "cpu", "sync_wait", "idle")
@@ -129,6 +128,59 @@ class CriticalPaths:
     steps: pl.DataFrame
     what_if: pl.DataFrame
     path: pl.DataFrame = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class CriticalPath:
+    """The job's critical paths, per sampled (rank, step) of every rank (Metrics.critical_path;
+    `CriticalPaths` without its edges).
+
+    - `steps`: rank, step, name, step_ns, path_ns, `<kind>_ns` for each of PATH_KINDS
+      (adding up to path_ns), gpu_<class>_ns for GPU_CLASSES (adding up to gpu_compute_ns),
+      cpu_launch_ns (part of cpu_ns), crosses_ranks.
+    - `what_if`: rank, step, scenario, saved_ns (path_ns before - after, recomputed).
+
+    Its frames are checked against `SCHEMAS` when it is built.
+    """
+
+    SCHEMAS: ClassVar[Schemas] = {
+        "steps": {
+            "rank": pl.Int32,
+            "step": pl.Int64,
+            "name": pl.String,
+            "step_ns": pl.Int64,
+            "path_ns": pl.Int64,
+            "gpu_compute_ns": pl.Int64,
+            "comm_ns": pl.Int64,
+            "copy_ns": pl.Int64,
+            "cpu_ns": pl.Int64,
+            "sync_wait_ns": pl.Int64,
+            "idle_ns": pl.Int64,
+            "gpu_gemm_ns": pl.Int64,
+            "gpu_memory_bound_ns": pl.Int64,
+            "gpu_copy_cast_ns": pl.Int64,
+            "gpu_other_ns": pl.Int64,
+            "cpu_launch_ns": pl.Int64,
+            "crosses_ranks": pl.Boolean,
+        },
+        "what_if": {
+            "rank": pl.Int32,
+            "step": pl.Int64,
+            "scenario": pl.String,
+            "saved_ns": pl.Int64,
+        },
+    }
+
+    steps: pl.DataFrame
+    what_if: pl.DataFrame
+
+    def __post_init__(self) -> None:
+        check_frames(self, "Metrics.critical_path", self.SCHEMAS)
+
+    @staticmethod
+    def of(paths: CriticalPaths) -> CriticalPath:
+        """The job's CriticalPath from its solved paths."""
+        return CriticalPath(steps=paths.steps, what_if=paths.what_if)
 
 
 #: Graphs are built for at most this many steps per rank, evenly spread over the window
@@ -498,7 +550,7 @@ def _empty() -> CriticalPaths:
 
 def step_digraph(
     timeline: Timeline,
-    metrics: Metrics,
+    critical: CriticalPath,
     rank: int,
     step: int,
     *,
@@ -508,8 +560,8 @@ def step_digraph(
     longest path marked (see `notebook.Analysis.critical_path` for the attributes).
 
     Built again from the timeline, as the analysis built it: the markers of the steps whose
-    paths were solved (`metrics.critical_steps`, every rank), their windows over all of
-    them (steps tile time), the graph of `step` alone, solved with the recorded weights.
+    paths were solved (`critical`: Metrics.critical_path, every rank), their windows over all
+    of them (steps tile time), the graph of `step` alone, solved with the recorded weights.
     Where two edges join the same two nodes, the one of larger weight is kept (the longest
     path takes it)."""
     import networkx as nx
@@ -519,7 +571,7 @@ def step_digraph(
     from traceanalyzer.analyses.timeline import windows
 
     pattern = step_pattern or windows.default_step_pattern(timeline.meta.format)
-    solved = metrics.critical_steps.select("rank", "step")
+    solved = critical.steps.select("rank", "step")
     markers = (
         windows.step_markers(timeline, pattern)
         .collect()

@@ -28,6 +28,7 @@ from traceanalyzer.analyses.gpu import (
     memory,
     shapes,
 )
+from traceanalyzer.analyses.host import host_phases
 from traceanalyzer.analyses.metrics import Metrics
 from traceanalyzer.analyses.timeline import startup, steady
 from traceanalyzer.analyses.timeline.windows import DEVICE_KEY, step_counts
@@ -168,20 +169,28 @@ def _merge(
         windows=wins,
         devices=dev,
         steps=steps,
-        kernel_histogram=_histogram(parts, "kernel_histogram", "lo_ns", "hi_ns"),
-        launch_size_histogram=_histogram(
-            parts, "launch_size_histogram", "lo_threads", "hi_threads"
+        kernels=kernels.Kernels(
+            histogram=_histogram(parts, "kernel_histogram", "lo_ns", "hi_ns"),
+            launch_size_histogram=_histogram(
+                parts, "launch_size_histogram", "lo_threads", "hi_threads"
+            ),
+            top=top_kernels,
+            classes=kernel_classes,
+            names=_all_names(_concat(parts, "kernel_names")),
+            count=count,
+            total_ns=total,
+            small_count_share=small_count / count if count else None,
+            small_time_share=small_ns / total if total else None,
         ),
-        top_kernels=top_kernels,
-        kernel_classes=kernel_classes,
-        kernel_names=_all_names(_concat(parts, "kernel_names")),
-        kernel_count=count,
-        kernel_total_ns=total,
-        small_kernel_count_share=small_count / count if count else None,
-        small_kernel_time_share=small_ns / total if total else None,
-        gaps=gaps,
-        gap_histogram=_histogram(parts, "gap_histogram", "lo_ns", "hi_ns"),
-        sync_calls=sync_calls,
+        idle=idle.Idle(
+            gaps=gaps,
+            gap_histogram=_histogram(parts, "gap_histogram", "lo_ns", "hi_ns"),
+            sync_calls=sync_calls,
+            sync_sites=sync_sites,
+            syncs_per_step=idle.syncs_per_step(sync_calls),
+            timeline_bins=bins,
+            launch_gap_max_ns=opts.launch_gap_max_ns,
+        ),
         collectives=per_device_comm,
         rank_waits=rank_waits,
         collective_split=split,
@@ -192,8 +201,9 @@ def _merge(
             infos,
             dev.select(*key, "gemm_ns"),
         ),
-        host_phases=_concat(parts, "host_phases"),
-        kernel_phases=_concat(parts, "kernel_phases"),
+        host_phases=host_phases.HostPhases(
+            steps=_concat(parts, "host_phases"), kernels=_concat(parts, "kernel_phases")
+        ),
         attention=_concat(parts, "attention"),
         memory_model=mem_model,
         fusion_patterns=mem_patterns,
@@ -202,19 +212,13 @@ def _merge(
         startup_idle=once_idle,
         balance=balance,
         copies=copied,
-        launch_gap_max_ns=opts.launch_gap_max_ns,
-        sync_sites=sync_sites,
-        syncs_per_step=idle.syncs_per_step(sync_calls),
         slowest_rank=slowest,
         bandwidth=_longest_first(parts, "bandwidth", ["rank", "device", "op_name"]),
         matmul_shapes=matmuls,
-        memory_peaks=peaks,
         non_tc_gemms=_concat(parts, "non_tc_gemms"),
         early_starts=_concat(parts, "early_starts"),
-        timeline_bins=bins,
-        memory_growth=grown,
-        critical_steps=paths.steps,
-        what_if=paths.what_if,
+        critical_path=critical_path.CriticalPath.of(paths),
+        memory=memory.Memory(peaks=peaks, growth=grown, runway=memory.runway(grown, peaks, infos)),
         excluded_steps=steady.excluded_rows(per_step, flagged),
         warmup_steps=_concat(parts, "warmup_steps"),
         outside_window=_concat(parts, "outside_window"),
@@ -230,7 +234,6 @@ def _merge(
         shape_model=shapes.shape_impact(matmuls, dev, infos, counts),
         overlap_model=collectives.overlap_impact(dev, per_device_comm, split, savings, counts),
         cast_model=kernels.cast_impact(kernel_classes, top_kernels, paths.steps, counts),
-        memory_runway=memory.runway(grown, peaks, infos),
         startup_model=startup.per_device(dev, once, once_idle),
     )
 

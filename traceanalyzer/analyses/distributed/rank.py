@@ -58,8 +58,8 @@ class Options:
     step_pattern: str | None = None
     launch_gap_max_ns: int = idle.LAUNCH_GAP_MAX_NS
     all_steps: bool = False
-    #: every idle gap in Metrics.gaps (annotate places them); False: the ones the report and
-    #: rules read (idle.read_gaps), so that a rank's part stays small
+    #: every idle gap in Metrics.idle.gaps (annotate places them); False: the ones the report
+    #: and rules read (idle.read_gaps), so that a rank's part stays small
     all_gaps: bool = True
 
 

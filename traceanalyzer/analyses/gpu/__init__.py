@@ -4,7 +4,8 @@ Reads the Timeline and the timeline room's windows and steps; imports no other r
 public results:
 
 - `classify.kernel_class` / `classify.class_of`: the kernel classes (`KERNEL_CLASS`);
-- `kernels.CastImpact` and the kernel tables (histogram, top kernels, class totals);
+- `kernels.Kernels` (histograms, top kernels, classes, names, small kernels) and
+  `kernels.CastImpact`;
 - `tensor_cores.kernel_verdicts`, `gemm_units.TensorCoreImpact`: Tensor Core verdicts and
   what moving GEMMs onto them saves;
 - `bandwidth.memory_bound_bandwidth`, `fusion.MemoryImpact`: achieved bandwidth and what
@@ -14,5 +15,6 @@ public results:
 - `operators`: the CPU operators behind GPU work (shapes, launches), shared by the above;
 - `devices.device_summary` / `devices.step_summary`: busy and idle time per device and step;
 - `idle.SyncImpact` / `idle.SyncSites` and the idle gaps by cause;
-- `copies.PageableImpact` and the memcpy summary; `memory.MemoryRunway`.
+- `copies.PageableImpact` and the memcpy summary; `memory.Memory` (step peaks, growth and
+  `memory.MemoryRunway`).
 """

@@ -28,11 +28,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import polars as pl
 
 from traceanalyzer.analyses.gpu.kernels import histogram_edges
+from traceanalyzer.analyses.timeline.frames import Schemas, check_frames
 from traceanalyzer.analyses.timeline.intervals import busy_before, sort_stable, union
 from traceanalyzer.analyses.timeline.windows import DEVICE_KEY, StepCounts
 from traceanalyzer.model import Kind, Timeline
@@ -55,6 +56,109 @@ SYNC_CALL_PATTERN = (
 ASYNC_COPY_PATTERN = r"^(?:(?:cuda|hip)MemcpyAsync|cuMemcpy(?:DtoH|HtoD)Async)(?:_v\d+)?$"
 
 _HOST_CALLS = [Kind.RUNTIME.value, Kind.DRIVER.value]
+
+
+@dataclass(frozen=True, slots=True)
+class Idle:
+    """The job's idle gaps, their causes and the host syncs behind them (Metrics.idle).
+
+    - `gaps`: every idle gap (rank, device, start_ns, end_ns, gap_ns, cause, host_wait_ns,
+      sync_ns, launch_overhead_ns, other_ns, before, after, launch_ns, sync_name,
+      sync_start_ns); a folder reduced rank by rank keeps those the report and rules read
+      (`read_gaps`).
+    - `gap_histogram` (of every gap): lo_ns, hi_ns, count, total_ns and ns per cause.
+    - `sync_calls`: host syncs with rank, step, name, op, site, start_ns, idle_ns.
+    - `sync_sites`: rank, name, op, site, count, steps, idle_ns, per_step
+      (`sync_sites_summary`); `syncs_per_step`: rank, step, count.
+    - `timeline_bins`: rank, device, bin, start_ns, end_ns, busy_ns, `<cause>_ns`: each
+      window cut into equal bins (for the timeline strip); with collectives also comm_ns
+      and comm_wait_ns (`with_comm`).
+    - `launch_gap_max_ns`: the longest gap that counts as launch overhead.
+
+    Its frames are checked against `SCHEMAS` (and `OPTIONAL`) when it is built.
+    """
+
+    SCHEMAS: ClassVar[Schemas] = {
+        "gaps": {
+            "rank": pl.Int32,
+            "device": pl.Int32,
+            "start_ns": pl.Int64,
+            "end_ns": pl.Int64,
+            "gap_ns": pl.Int64,
+            "cause": pl.Enum,
+            "host_wait_ns": pl.Int64,
+            "sync_ns": pl.Int64,
+            "launch_overhead_ns": pl.Int64,
+            "other_ns": pl.Int64,
+            "before": pl.String,
+            "after": pl.String,
+            "launch_ns": pl.Int64,
+            "sync_name": pl.String,
+            "sync_start_ns": pl.Int64,
+        },
+        "gap_histogram": {
+            "lo_ns": pl.Int64,
+            "hi_ns": pl.Int64,
+            "count": pl.Int64,
+            "total_ns": pl.Int64,
+            "host_wait_ns": pl.Int64,
+            "sync_ns": pl.Int64,
+            "launch_overhead_ns": pl.Int64,
+            "other_ns": pl.Int64,
+        },
+        "sync_calls": {
+            "rank": pl.Int32,
+            "step": pl.Int64,
+            "name": pl.String,
+            "op": pl.String,
+            "site": pl.String,
+            "start_ns": pl.Int64,
+            "idle_ns": pl.Int64,
+        },
+        "sync_sites": {
+            "rank": pl.Int32,
+            "name": pl.String,
+            "op": pl.String,
+            "site": pl.String,
+            "count": pl.Int64,
+            "steps": pl.Int64,
+            "idle_ns": pl.Int64,
+            "per_step": pl.Float64,
+        },
+        "syncs_per_step": {
+            "rank": pl.Int32,
+            "step": pl.Int64,
+            "count": pl.Int64,
+        },
+        "timeline_bins": {
+            "rank": pl.Int32,
+            "device": pl.Int32,
+            "bin": pl.Int64,
+            "start_ns": pl.Int64,
+            "end_ns": pl.Int64,
+            "busy_ns": pl.Int64,
+            "host_wait_ns": pl.Int64,
+            "sync_ns": pl.Int64,
+            "launch_overhead_ns": pl.Int64,
+            "other_ns": pl.Int64,
+        },
+    }
+    #: Columns a frame carries only where the trace has them: `timeline_bins` gains the
+    #: communication split in a job with collectives.
+    OPTIONAL: ClassVar[Schemas] = {
+        "timeline_bins": {"comm_ns": pl.Int64, "comm_wait_ns": pl.Int64},
+    }
+
+    gaps: pl.DataFrame
+    gap_histogram: pl.DataFrame
+    sync_calls: pl.DataFrame
+    sync_sites: pl.DataFrame
+    syncs_per_step: pl.DataFrame
+    timeline_bins: pl.DataFrame
+    launch_gap_max_ns: int
+
+    def __post_init__(self) -> None:
+        check_frames(self, "Metrics.idle", self.SCHEMAS, self.OPTIONAL)
 
 
 def sync_calls(timeline: Timeline) -> pl.LazyFrame:
@@ -543,7 +647,7 @@ def sync_sites_summary(calls: pl.DataFrame, steps_per_rank: pl.DataFrame) -> pl.
 @dataclass(frozen=True, slots=True)
 class SyncSites:
     """The sync sites of a rank called at least a given number of times per step
-    (`SyncImpact.frequent`): `rows` (Metrics.sync_sites' rows: name, op, site, count, steps,
+    (`SyncImpact.frequent`): `rows` (Metrics.idle.sync_sites' rows: name, op, site, count, steps,
     idle_ns, per_step...), most calls per step first, then most idle, then by name, op and
     site; `per_step` and `idle_ns` their sums."""
 
@@ -556,7 +660,7 @@ class SyncSites:
 class SyncImpact:
     """What one rank's host syncs cost its GPU (TA002's impact model, `sync_impact`).
 
-    - `sites`: the rank's sync sites (Metrics.sync_sites' rows), most calls per step
+    - `sites`: the rank's sync sites (Metrics.idle.sync_sites' rows), most calls per step
       first, then most idle, then by name, op and site;
     - `idle_with_refill_ns`: over the window, in every gap during which a sync was in
       progress, the idle while it waited plus the refill after it returned;
@@ -604,7 +708,8 @@ def sync_impact(
     limit `launch_gap_max_ns` (TA001). The sync's start is known where the call was named
     (a host thread).
 
-    `gaps`, `devices`, `sites`: Metrics.gaps, .devices and .sync_sites; `counts`: the
+    `gaps`, `devices`, `sites`: Metrics.idle.gaps, Metrics.devices and
+    Metrics.idle.sync_sites; `counts`: the
     steps each device's window holds."""
     ahead = (pl.col("start_ns") - pl.col("sync_start_ns")).fill_null(0)
     cap = pl.max_horizontal(ahead, pl.lit(launch_gap_max_ns))

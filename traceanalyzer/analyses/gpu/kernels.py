@@ -1,15 +1,67 @@
-"""Kernel duration histogram and the top kernels by time, inside the windows; what cutting
-the copy and cast kernels saves (`cast_impact`)."""
+"""Kernel duration histogram and the top kernels by time, inside the windows (the job's
+`Kernels`); what cutting the copy and cast kernels saves (`cast_impact`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import polars as pl
 
 from traceanalyzer.analyses.gpu.classify import class_of
+from traceanalyzer.analyses.timeline.frames import Schemas, check_frames
 from traceanalyzer.analyses.timeline.windows import StepCounts
+
+_TOTALS = {"count": pl.Int64, "total_ns": pl.Int64, "share": pl.Float64}
+
+
+@dataclass(frozen=True, slots=True)
+class Kernels:
+    """The job's kernels inside the windows, every device together (Metrics.kernels).
+
+    - `histogram`: lo_ns, hi_ns, count, total_ns (log-spaced duration bins).
+    - `launch_size_histogram`: lo_threads, hi_threads, count, total_ns.
+    - `top`: name, count, total_ns, share: the top kernels by time; `classes`:
+      kernel_class, count, total_ns, share; `names`: every kernel name's (name, count,
+      total_ns, share).
+    - `count`, `total_ns`: the kernels' count and time inside the windows.
+    - `small_count_share`, `small_time_share`: the share of the kernels' count and time
+      that kernels shorter than SMALL_KERNEL_NS hold (`small_totals`; None without kernels).
+
+    Its frames are checked against `SCHEMAS` when it is built.
+    """
+
+    SCHEMAS: ClassVar[Schemas] = {
+        "histogram": {
+            "lo_ns": pl.Int64,
+            "hi_ns": pl.Int64,
+            "count": pl.Int64,
+            "total_ns": pl.Int64,
+        },
+        "launch_size_histogram": {
+            "lo_threads": pl.Int64,
+            "hi_threads": pl.Int64,
+            "count": pl.Int64,
+            "total_ns": pl.Int64,
+        },
+        "top": {"name": pl.String, **_TOTALS},
+        "classes": {"kernel_class": pl.String, **_TOTALS},
+        "names": {"name": pl.String, **_TOTALS},
+    }
+
+    histogram: pl.DataFrame
+    launch_size_histogram: pl.DataFrame
+    top: pl.DataFrame
+    classes: pl.DataFrame
+    names: pl.DataFrame
+    count: int
+    total_ns: int
+    small_count_share: float | None
+    small_time_share: float | None
+
+    def __post_init__(self) -> None:
+        check_frames(self, "Metrics.kernels", self.SCHEMAS)
+
 
 _MANTISSAS = (1, 2, 5)
 
@@ -174,7 +226,7 @@ class CastImpact:
 
     - `copy_cast_ns`, `copy_cast_count`: the copy/cast kernels' time and count in the
       windows, all devices together; `compute_ns`: every non-communication kernel's time;
-    - `top_kernels`: the top kernels (Metrics.top_kernels) that are copies or casts (name,
+    - `top_kernels`: the top kernels (Metrics.kernels.top) that are copies or casts (name,
       count, total_ns), most time first;
     - `impact_ns`: the copy/cast time on the critical path per sampled step, of the rank with
       the most (all of it without step markers: the window is one step), under the ceiling;
@@ -198,9 +250,9 @@ def cast_impact(
     critical_steps: pl.DataFrame,
     counts: StepCounts,
 ) -> CastImpact:
-    """The job's CastImpact. `kernel_classes`, `top_kernels`, `critical_steps`: Metrics';
-    `counts`: the steps each device's window holds (the ceiling divides by the most steps
-    any device holds)."""
+    """The job's CastImpact. `kernel_classes`, `top_kernels`: Metrics.kernels' `classes` and
+    `top`; `critical_steps`: Metrics.critical_path.steps; `counts`: the steps each device's
+    window holds (the ceiling divides by the most steps any device holds)."""
     classes = {r["kernel_class"]: r for r in kernel_classes.to_dicts()}
     compute = sum(r["total_ns"] for c, r in classes.items() if c != "comm")
     casts = classes.get("copy_cast", {"total_ns": 0, "count": 0})

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import polars as pl
 
+from traceanalyzer.analyses.timeline.frames import Schemas, check_frames
 from traceanalyzer.analyses.timeline.intervals import in_ranges
 from traceanalyzer.model import DeviceInfo, Kind, Timeline
 
@@ -72,8 +74,8 @@ class MemoryRunway:
     reads it).
 
     - `steps`, `first_peak_bytes`, `last_peak_bytes`, `growth_bytes`, `per_step_bytes`,
-      `rising_share`: the device's row of `growth` (Metrics.memory_growth);
-    - `step_peaks_bytes`: each step's peak, in order (Metrics.memory_peaks);
+      `rising_share`: the device's row of `growth` (Metrics.memory.growth);
+    - `step_peaks_bytes`: each step's peak, in order (Metrics.memory.peaks);
     - `device_memory_bytes`: the device's memory (None where the trace does not say);
     - `steps_to_oom`: the steps until the peak reaches it at `per_step_bytes` (None without
       the device's memory or without growth).
@@ -96,7 +98,7 @@ def runway(
     growth: pl.DataFrame, peaks: pl.DataFrame, devices: Sequence[DeviceInfo]
 ) -> tuple[MemoryRunway, ...]:
     """The MemoryRunway of every device in `growth` (its rows and order); `peaks`:
-    `step_peaks`' rows (Metrics.memory_peaks); `devices`: the trace's devices, for their
+    `step_peaks`' rows (Metrics.memory.peaks); `devices`: the trace's devices, for their
     memory."""
     sizes = {(d.rank, d.device): d.memory_bytes for d in devices}
     out = []
@@ -126,3 +128,45 @@ def runway(
             )
         )
     return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """The job's allocated GPU memory step over step (Metrics.memory; empty without memory
+    events).
+
+    - `peaks`: rank, device, step, peak_bytes, end_bytes (`step_peaks`, every rank's).
+    - `growth`: rank, device, steps, first_peak_bytes, last_peak_bytes, per_step_bytes,
+      rising_share, growth_bytes (`growth`).
+    - `runway`: per device of `growth`, its step peaks and the steps until its memory is
+      full at that growth (`runway`; TA011 reads it).
+
+    Its frames are checked against `SCHEMAS` when it is built.
+    """
+
+    SCHEMAS: ClassVar[Schemas] = {
+        "peaks": {
+            "rank": pl.Int32,
+            "device": pl.Int32,
+            "step": pl.Int64,
+            "peak_bytes": pl.Int64,
+            "end_bytes": pl.Int64,
+        },
+        "growth": {
+            "rank": pl.Int32,
+            "device": pl.Int32,
+            "steps": pl.Int64,
+            "first_peak_bytes": pl.Int64,
+            "last_peak_bytes": pl.Int64,
+            "per_step_bytes": pl.Float64,
+            "rising_share": pl.Float64,
+            "growth_bytes": pl.Int64,
+        },
+    }
+
+    peaks: pl.DataFrame
+    growth: pl.DataFrame
+    runway: tuple[MemoryRunway, ...]
+
+    def __post_init__(self) -> None:
+        check_frames(self, "Metrics.memory", self.SCHEMAS)

@@ -22,8 +22,12 @@ without them, a trace recorded without CPU activity) there are no phases.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 import polars as pl
 
+from traceanalyzer.analyses.timeline.frames import Schemas, check_frames
 from traceanalyzer.analyses.timeline.intervals import in_ranges
 from traceanalyzer.model import Kind, Timeline
 
@@ -38,6 +42,46 @@ _OPTIMIZER = r"^Optimizer\.(?:step|zero_grad)#"
 _BACKWARD = r"^autograd::engine::evaluate_function|^[A-Z]\w*Backward\d*$|^torch::autograd::"
 
 _RANGE_KINDS = [Kind.ANNOTATION.value, Kind.CPU_OP.value]
+
+
+@dataclass(frozen=True, slots=True)
+class HostPhases:
+    """Where the job's host time goes, by phase (Metrics.host_phases; empty without CPU
+    operators).
+
+    - `steps`: rank, step, step_ns and `<phase>_ns` of each steady host step (data_loading,
+      optimizer, backward, forward, other; `host_phases`).
+    - `kernels`: rank, phase, kernels, kernel_ns, tiny: the steady steps' kernels by the host
+      phase that launched them (`kernel_phases`).
+
+    Its frames are checked against `SCHEMAS` when it is built.
+    """
+
+    SCHEMAS: ClassVar[Schemas] = {
+        "steps": {
+            "rank": pl.Int32,
+            "step": pl.Int64,
+            "step_ns": pl.Int64,
+            "data_loading_ns": pl.Int64,
+            "optimizer_ns": pl.Int64,
+            "backward_ns": pl.Int64,
+            "forward_ns": pl.Int64,
+            "other_ns": pl.Int64,
+        },
+        "kernels": {
+            "rank": pl.Int32,
+            "phase": pl.String,
+            "kernels": pl.Int64,
+            "kernel_ns": pl.Int64,
+            "tiny": pl.Int64,
+        },
+    }
+
+    steps: pl.DataFrame
+    kernels: pl.DataFrame
+
+    def __post_init__(self) -> None:
+        check_frames(self, "Metrics.host_phases", self.SCHEMAS)
 
 
 def segments(timeline: Timeline, markers: pl.LazyFrame) -> pl.LazyFrame:

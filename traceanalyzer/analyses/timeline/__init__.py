@@ -9,5 +9,7 @@ The first room of the analyses: it imports nothing of the others. Its public res
   window;
 - `startup.DeviceStartup`: one-time work (start-up that is not the loop) inside the window;
 - `clock.early_starts`: GPU work that starts before the host call that launched it;
-- `intervals`: the interval algebra (unions, busy time before t) the other rooms share.
+- `intervals`: the interval algebra (unions, busy time before t) the other rooms share;
+- `frames.check_frames`: the check of a typed result's frames against its declared
+  `SCHEMAS`, which every room's result types run when they are built.
 """

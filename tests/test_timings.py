@@ -28,7 +28,7 @@ def _report(tmp_path: Path, **env: str) -> str:
 
 def test_stages_are_printed_when_asked(tmp_path: Path) -> None:
     lines = _report(tmp_path, TRACEANALYZER_TIMINGS="1").splitlines()
-    pattern = re.compile(r"timing: (.+) (\d+\.\d+) -> (\d+\.\d+) \((\d+\.\d+) s\)")
+    pattern = re.compile(r"timing: (.+) (\d+\.\d+) -> (\d+\.\d+) \((\d+\.\d+) s\) peak (\d+) MB")
     parsed = [pattern.fullmatch(line) for line in lines]
     assert all(parsed), lines
     spans = {m.group(1): (float(m.group(2)), float(m.group(3))) for m in parsed if m}
@@ -56,7 +56,7 @@ def test_allocator_is_tuned_before_polars_loads() -> None:
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     ).stdout.strip()
-    assert out == "background_thread:true,dirty_decay_ms:200,muzzy_decay_ms:0"
+    assert out == "background_thread:true,dirty_decay_ms:200,muzzy_decay_ms:0,narenas:4"
     mine = subprocess.run(
         [sys.executable, "-c", code],
         env={**env, "_RJEM_MALLOC_CONF": "narenas:2"},

@@ -109,6 +109,48 @@ def test_small_blocks_of_every_layout_read_the_same(
         assert got.equals(expected), name
 
 
+@pytest.mark.parametrize("fake", [False, True], ids=["plain", "fake_separators"])
+def test_guessed_cuts_read_what_one_pass_reads(
+    fake: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A layout other than Kineto's is cut where two events seem to meet and each block split
+    on a worker; the events are those of the Kineto-indented original. Where `}, {` also
+    sits inside strings and nested lists of objects, a cut lands there, the block before it
+    does not end whole, and the file is read again in one pass: the same events."""
+    from traceanalyzer.readers import chrome_trace
+
+    doc = json.loads(gzip.decompress((SAMPLES / "train_bf16_healthy.json.gz").read_bytes()))
+    doc["traceEvents"] = doc["traceEvents"][:3000]
+    if fake:
+        for event in doc["traceEvents"]:
+            event.setdefault("args", {})["note"] = '"}, {"ph": "X"} , {'
+            event["args"]["items"] = [{"a": 1}, {"b": [{"c": 2}, {}]}]
+    expected = read(_write(tmp_path / "o.json", json.dumps(doc, indent=1).encode())).events
+    passes: list[bool] = []
+    read_file = chrome_trace._read_file
+    monkeypatch.setattr(chrome_trace, "BLOCK_BYTES", 16 << 10)
+    monkeypatch.setattr(chrome_trace, "read_workers", lambda: 4)
+    monkeypatch.setattr(
+        chrome_trace, "_read_file", lambda p, kineto: passes.append(kineto) or read_file(p, kineto)
+    )
+    guessed: list[int] = []
+    split_whole = StructuralSplitter.split_whole
+    monkeypatch.setattr(
+        StructuralSplitter,
+        "split_whole",
+        lambda self, buf: guessed.append(1) or split_whole(self, buf),
+    )
+    for name in ("minified", "compact", "crlf", "shuffled"):
+        passes.clear()
+        guessed.clear()
+        data = LAYOUTS[name](json.dumps(doc, indent=1).encode())
+        assert len(data) > 40 * (16 << 10)  # many blocks
+        got = read(_write(tmp_path / f"{name}.json", data)).events
+        assert got.equals(expected), name
+        assert passes == ([True, False] if fake else [True]), name
+        assert len(guessed) > (0 if fake else 10), name  # blocks split on the workers
+
+
 def _write(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     return path

@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -72,7 +73,12 @@ from traceanalyzer.readers.chrome_normalise import (
 from traceanalyzer.readers.chrome_tail import WHITESPACE, parse_header, parse_tail
 from traceanalyzer.readers.device_match import match_devices
 from traceanalyzer.readers.json_scan import EventSplitter, rewrite
-from traceanalyzer.readers.json_stream import LayoutError, StructuralSplitter
+from traceanalyzer.readers.json_stream import (
+    LayoutError,
+    SpeculationFailed,
+    SpeculativeCutter,
+    StructuralSplitter,
+)
 
 #: Bytes read per block; up to `read_workers()` blocks are in flight, so peak memory is a
 #: few blocks plus the parsed columns. The same whatever the cores: which optional fields a
@@ -258,9 +264,10 @@ def read_file(path: Path) -> Parsed:
     """Parse one Chrome-trace file into normalised event frames (rank not yet set)."""
     try:
         return _read_file(path, kineto=True)
-    except _SplitMismatch:
-        # an array of objects nested at the events' own indentation: rare enough that
-        # reading the file again with the structural splitter is the simple, safe answer
+    except (_SplitMismatch, SpeculationFailed):
+        # an array of objects nested at the events' own indentation, or a guessed cut that
+        # was not between two events (or a damaged event, named on the way through now):
+        # rare enough that reading the file again in one pass is the simple, safe answer
         return _read_file(path, kineto=False)
 
 
@@ -323,13 +330,17 @@ def _read_events(win: _Window, parsed: Parsed, kineto: bool) -> None:
     """Turn every whole event into frames; leave what follows the last one in `win`.
 
     Kineto's layout is split at its separators (`kineto`: try that first); a file that shows
-    none in its first block, and the last events of one that does, go through the
-    structural splitter, which reads any layout.
+    none in its first block is cut where two events seem to meet and each block split by the
+    structural splitter, which reads any layout, on a worker (`SpeculativeCutter`: a cut
+    that was no such place fails the file's read, which `read_file` does again in one pass);
+    the last events of any file go through the structural splitter here (`kineto` False:
+    all of them).
 
-    The main thread reads the file and cuts it into blocks of whole events (for Kineto's
-    layout a search back for the last separator; the structural splitter rewrites its block
-    here, as it must scan it all to find its end); up to `read_workers()` blocks at a time
-    are rewritten (Kineto's), parsed and normalised on worker threads (numpy and polars,
+    The main thread reads the file and cuts it into blocks of whole events (a search back
+    for the last separator, or the last place two events seem to meet; in one pass, the
+    structural splitter rewrites its block here, as it must scan it all to find its end);
+    up to `read_workers()` blocks at a time are rewritten, parsed and normalised on worker
+    threads (numpy and polars,
     which release the GIL), each with the optional fields the file had shown when it was
     handed out. Frames are kept in file order, and a block handed out before an earlier one
     showed more fields is parsed again with them: the frames are those of reading the blocks
@@ -337,7 +348,7 @@ def _read_events(win: _Window, parsed: Parsed, kineto: bool) -> None:
     them), blocks are read one at a time, so that they are not parsed twice. At most
     `workers` blocks wait: memory stays bounded.
     """
-    splitter: EventSplitter | StructuralSplitter = (
+    splitter: EventSplitter | SpeculativeCutter | StructuralSplitter = (
         EventSplitter() if kineto else StructuralSplitter()
     )
     workers = read_workers()
@@ -348,20 +359,27 @@ def _read_events(win: _Window, parsed: Parsed, kineto: bool) -> None:
         while True:
             if isinstance(splitter, EventSplitter):
                 cut = splitter.cut(win.data, win.n)
+            elif isinstance(splitter, SpeculativeCutter):
+                at = None if win.eof else splitter.cut(win.data, win.n)
+                cut = None if at is None else (at, at)
             else:
                 cut = _structural_split(splitter, win, parsed.path)
-            if (
-                cut is None
-                and isinstance(splitter, EventSplitter)
-                and (splitter.separator is None or win.eof)  # not Kineto's layout, or its end
-            ):
-                splitter = StructuralSplitter()
+            if cut is None and (
+                (isinstance(splitter, EventSplitter) and splitter.separator is None)
+                or (isinstance(splitter, SpeculativeCutter) and win.eof)
+            ):  # not Kineto's layout: cut by guess; the file's end: in one pass
+                splitter = SpeculativeCutter() if not win.eof else StructuralSplitter()
+                continue
+            if cut is None and isinstance(splitter, EventSplitter) and win.eof:
+                splitter = StructuralSplitter()  # Kineto's layout: its last events
                 continue
             if cut is not None:
                 end, rest = cut
                 if isinstance(splitter, EventSplitter):
                     assert splitter.separator is not None
                     task = _Task([win.copy(rest + 1)], end, True, splitter.separator, win.offset)
+                elif isinstance(splitter, SpeculativeCutter):  # split on the worker
+                    task = _Task([win.copy(end)], end, False, None, win.offset, guessed=True)
                 else:  # rewritten here already
                     task = _Task([win.take(end)], end, splitter.exact, None, win.offset)
                 pending.append(pool.submit(_read_block, task, state.fields, parsed.path))
@@ -381,7 +399,11 @@ def _read_events(win: _Window, parsed: Parsed, kineto: bool) -> None:
 
 def read_workers() -> int:
     """Blocks read at once: one per two cores this process may run on, 2 to 8 (each block's
-    parse also spreads over polars' own threads)."""
+    parse also spreads over polars' own threads); `TRACEANALYZER_READ_WORKERS` sets it (for
+    benchmarks)."""
+    told = os.environ.get("TRACEANALYZER_READ_WORKERS", "")
+    if told.isdigit() and int(told) > 0:
+        return int(told)
     return max(2, min(8, len(os.sched_getaffinity(0)) // 2))
 
 
@@ -403,14 +425,16 @@ def _structural_split(
 class _Task:
     """One block of whole events handed to a worker: its bytes (Kineto's: up to and with
     the separator after its last event, to be rewritten; the structural splitter's: NDJSON
-    already), where its NDJSON ends, whether it may hold exact timestamps (`tn`), Kineto's
-    separator (None: rewritten already), and where it starts in the JSON."""
+    already; a `SpeculativeCutter`'s: `guessed`, to be split), where its NDJSON ends,
+    whether it may hold exact timestamps (`tn`), Kineto's separator (None: rewritten
+    already, or guessed), and where it starts in the JSON."""
 
     data: list[bytearray | bytes]  # a box: the worker takes the bytes out, to free them early
     end: int
     exact: bool
     separator: bytes | None
     offset: int
+    guessed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -457,8 +481,21 @@ class _InOrder:
 
 
 def _read_block(task: _Task, fields: Fields, path: Path) -> _Block:
-    """Rewrite (Kineto's layout), parse and normalise one block (on a worker thread)."""
+    """Rewrite (Kineto's layout) or split (a guessed cut), parse and normalise one block (on
+    a worker thread). A guessed block that is not whole events, or that the parser refuses,
+    raises `SpeculationFailed` (its cut, or one before it, may have been wrong)."""
     sep, data = task.separator, task.data.pop()
+    if task.guessed:
+        assert isinstance(data, bytearray)
+        splitter = _splitter()
+        end = splitter.split_whole(data)
+        with memoryview(data) as view:
+            ndjson = bytes(view[:end])
+        del data
+        try:
+            return _parse(ndjson, splitter.exact, task.offset, fields, False, path)
+        except TraceFormatError:
+            raise SpeculationFailed from None
     if sep is None or isinstance(data, bytes):
         ndjson, exact = bytes(data), task.exact
     else:
@@ -467,6 +504,17 @@ def _read_block(task: _Task, fields: Fields, path: Path) -> _Block:
             ndjson = bytes(view[: task.end])
         del data  # the rewritten copy: only the NDJSON is kept
     return _parse(ndjson, exact, task.offset, fields, sep is not None, path)
+
+
+_thread = threading.local()
+
+
+def _splitter() -> StructuralSplitter:
+    """This thread's structural splitter (its scratch space is reused from block to block)."""
+    splitter: StructuralSplitter | None = getattr(_thread, "splitter", None)
+    if splitter is None:
+        splitter = _thread.splitter = StructuralSplitter()
+    return splitter
 
 
 def _parse(

@@ -17,6 +17,8 @@ Loops run over pattern bytes and gap widths, never over events.
 
 from __future__ import annotations
 
+import collections
+import re
 from typing import Any
 
 import numpy as np
@@ -45,6 +47,44 @@ class LayoutError(ValueError):
         super().__init__(f"{found!r} between two events")
 
 
+#: What sits between two events in any layout: a closing brace, blanks, a comma, blanks and
+#: an opening brace. Inside a string or a nested list of objects it is no such thing, so a
+#: cut there is a guess the block before it checks (`SpeculativeCutter`).
+_BETWEEN = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
+#: How far back from a window's end a cut is looked for first (then the whole window).
+_CUT_LOOKBACK = 64 << 10
+
+
+class SpeculativeCutter:
+    """Cuts a window of any layout where two events seem to meet, without scanning it.
+
+    The structural splitter must scan a block from its start to know where its events end,
+    so it cannot be split on many threads as it is. This cuts at the last `}` , `{` of the
+    window instead (a search back of a few kilobytes) and lets each block be split on a
+    thread of its own as if it started between two events. The guess is checked by the
+    block before: split from a true start, it ends with a whole event exactly at the cut
+    only when the cut is between two events (a cut inside a string or a nested object
+    leaves the event across it unfinished). So a chain of blocks that each end whole at
+    their cut, from the array's start, is the file's events, and a chain that breaks is
+    read again in one pass (`SpeculationFailed`).
+    """
+
+    def cut(self, buf: bytearray, n: int) -> int | None:
+        """Where the whole events of `buf[:n]` seem to end (after a `}` that a comma and a
+        `{` follow), or None when no such place is in it."""
+        for lo in (max(0, n - _CUT_LOOKBACK), 0):
+            found = collections.deque(_BETWEEN.finditer(buf, lo, n), maxlen=1)
+            if found:
+                return found[0].start() + 1
+            if lo == 0:
+                break
+        return None
+
+
+class SpeculationFailed(Exception):
+    """A speculative cut was not between two events (or a block could not be read as one)."""
+
+
 class StructuralSplitter:
     """Turns the events of a `traceEvents` array, in any JSON layout, into NDJSON in place."""
 
@@ -56,6 +96,19 @@ class StructuralSplitter:
         # one byte per byte of the block, reused from block to block (fresh pages for every
         # block cost more than the scan): brace candidates, then string quotes, then controls
         self._scratch = np.zeros(0, dtype=np.uint8)
+
+    def split_whole(self, buf: bytearray) -> int:
+        """Rewrite `buf`, a block cut by `SpeculativeCutter`, as NDJSON in place; where its
+        NDJSON ends. Raises `SpeculationFailed` unless `buf` is whole events that end at
+        its end (and `buf` is then no use)."""
+        self.ended, n = False, len(buf)
+        try:
+            cut = self.split_in_place(buf, n)
+        except LayoutError:
+            raise SpeculationFailed from None
+        if cut is None or cut[1] != n or self.ended:
+            raise SpeculationFailed
+        return cut[0]
 
     def split_in_place(self, buf: bytearray, n: int) -> tuple[int, int] | None:
         """Rewrite the whole events at the front of `buf[:n]` as NDJSON, args lifted.

@@ -409,13 +409,18 @@ def concurrently(tasks: dict[str, Callable[[], Any]]) -> dict[str, Any]:
     independent reads of frozen frames: the results are those of running them in turn."""
     workers = min(ANALYSIS_THREADS, pl.thread_pool_size(), len(tasks))
     if workers <= 1:
-        return {name: task() for name, task in tasks.items()}
+        return {name: _timed(name, task) for name, task in tasks.items()}
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="analyses")
     try:
-        futures = {name: pool.submit(task) for name, task in tasks.items()}
+        futures = {name: pool.submit(_timed, name, task) for name, task in tasks.items()}
         return {name: future.result() for name, future in futures.items()}
     finally:  # on an error or Ctrl-C, the tasks not started yet are not run
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _timed(name: str, task: Callable[[], Any]) -> Any:
+    with stage(f"analyze: rank results: {name}"):
+        return task()
 
 
 #: The most analyses of one rank run at once (each holds its own intermediate frames).

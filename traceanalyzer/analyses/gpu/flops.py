@@ -171,14 +171,25 @@ def _f(expr: pl.Expr) -> pl.Expr:
     return expr.cast(pl.Float64)
 
 
-def _gemm_columns() -> dict[str, pl.Expr]:
-    """flops, bytes_elems (elements read and written) and shape of a matrix product."""
+def _product_stages() -> list[dict[str, pl.Expr]]:
+    """flops, elems (elements read and written) and shape of a matrix product (`_GEMM_OPS`)
+    or a fused attention call (`_ATTENTION_OPS`), in stages of small expressions (as one
+    tree, with each operand spelled out in every formula, polars took 70 ms to run them on a
+    few hundred rows, whatever the cores: longer than all the rest of the FLOPs). Stage
+    columns start with `_`.
+
+    A product: M N K (and the batch) from its first two matrices; `aten::linear` multiplies
+    by a transposed weight and flattens its input's leading dimensions into M. Attention:
+    batch, heads, T (queries), S (keys) and the head size from Q and K, laid out B H T D, or
+    B T H D for the flash/efficient kernels' own operators (`bthd`); the backward does the
+    work `factor` times."""
     name, d = pl.col("op_name"), pl.col("dims")
-    a_at = pl.col("op_name").replace_strict(
-        {k: v[0] for k, v in _GEMM_OPS.items()}, default=None, return_dtype=pl.Int64
+    gemm_at = {k: v[0] for k, v in _GEMM_OPS.items()}
+    spec = dict(_ATTENTION_OPS)
+    at = name.replace_strict(
+        {**gemm_at, **{k: v[0] for k, v in spec.items()}}, default=None, return_dtype=pl.Int64
     )
-    first = d.list.get(a_at, null_on_oob=True)
-    second = d.list.get(a_at + 1, null_on_oob=True)
+    first, second = pl.col("_first"), pl.col("_second")
     linear = name == "aten::linear"
     # a grouped product of a 2-D A (the groups' rows stacked) by a 3-D B is 2 M N K in all;
     # of a 3-D A, one product per group, as bmm
@@ -186,58 +197,50 @@ def _gemm_columns() -> dict[str, pl.Expr]:
         (name == "aten::_grouped_mm") & (first.list.len() == 3)
     )
     lead = first.list.head(first.list.len() - 1).list.eval(pl.element().product()).list.first()
-    m = pl.when(linear).then(lead).otherwise(first.list.get(-2, null_on_oob=True))
-    k = first.list.get(-1, null_on_oob=True)
-    n = (
-        pl.when(linear)
-        .then(second.list.get(0, null_on_oob=True))
-        .otherwise(second.list.get(-1, null_on_oob=True))
-    )
-    b = pl.when(batched).then(first.list.get(0, null_on_oob=True)).otherwise(1)
-    return {
-        "flops": 2 * _f(b) * _f(m) * _f(n) * _f(k),
-        "elems": _f(b) * (_f(m) * _f(k) + _f(k) * _f(n) + _f(m) * _f(n)),
-        "shape": pl.when(b == 1)
-        .then(pl.format("M{} N{} K{}", m, n, k))
-        .otherwise(pl.format("b{} M{} N{} K{}", b, m, n, k)),
-    }
-
-
-def _attention_columns() -> dict[str, pl.Expr]:
-    """flops, elems and shape of a fused attention call."""
-    spec = {k: v for k, v in _ATTENTION_OPS.items()}
-    q_at = pl.col("op_name").replace_strict(
-        {k: v[0] for k, v in spec.items()}, default=None, return_dtype=pl.Int64
-    )
-    bthd = pl.col("op_name").is_in([k for k, v in spec.items() if v[1] == "bthd"])
-    factor = pl.col("op_name").replace_strict(
-        {k: v[2] for k, v in spec.items()}, default=None, return_dtype=pl.Float64
-    )
-    q = pl.col("dims").list.get(q_at, null_on_oob=True)
-    kk = pl.col("dims").list.get(q_at + 1, null_on_oob=True)
-    b = q.list.get(0, null_on_oob=True)
-    h = (
-        pl.when(bthd)
-        .then(q.list.get(2, null_on_oob=True))
-        .otherwise(q.list.get(1, null_on_oob=True))
-    )
-    t = (
-        pl.when(bthd)
-        .then(q.list.get(1, null_on_oob=True))
-        .otherwise(q.list.get(2, null_on_oob=True))
-    )
-    s = (
-        pl.when(bthd)
-        .then(kk.list.get(1, null_on_oob=True))
-        .otherwise(kk.list.get(2, null_on_oob=True))
-    )
-    dd = q.list.get(3, null_on_oob=True)
-    return {
-        "flops": 4 * factor * _f(b) * _f(h) * _f(t) * _f(s) * _f(dd),
-        # Q, K, V read and O written (the backward reads and writes as many again)
-        "elems": factor * _f(b) * _f(h) * (2 * _f(t) + 2 * _f(s)) * _f(dd),
-        "shape": pl.format("B{} H{} T{} S{} D{}", b, h, t, s, dd),
-    }
+    bthd = pl.col("_bthd")
+    m, n, k, b = pl.col("_m"), pl.col("_n"), pl.col("_k"), pl.col("_b")
+    h, t, s, dd = pl.col("_h"), pl.col("_t"), pl.col("_s"), pl.col("_d")
+    factor, gemm = pl.col("_factor"), pl.col("gemm")
+    return [
+        {
+            "_first": d.list.get(at, null_on_oob=True),
+            "_second": d.list.get(at + 1, null_on_oob=True),
+            "_bthd": name.is_in([k for k, v in spec.items() if v[1] == "bthd"]),
+            "_factor": name.replace_strict(
+                {k: v[2] for k, v in spec.items()}, default=None, return_dtype=pl.Float64
+            ),
+        },
+        {  # a product's M N K and batch; attention's B H T S D (Q is `first`, K `second`)
+            "_m": pl.when(linear).then(lead).otherwise(first.list.get(-2, null_on_oob=True)),
+            "_k": first.list.get(-1, null_on_oob=True),
+            "_n": pl.when(linear)
+            .then(second.list.get(0, null_on_oob=True))
+            .otherwise(second.list.get(-1, null_on_oob=True)),
+            "_b": pl.when(gemm)
+            .then(pl.when(batched).then(first.list.get(0, null_on_oob=True)).otherwise(1))
+            .otherwise(first.list.get(0, null_on_oob=True)),
+            "_h": first.list.get(pl.when(bthd).then(2).otherwise(1), null_on_oob=True),
+            "_t": first.list.get(pl.when(bthd).then(1).otherwise(2), null_on_oob=True),
+            "_s": second.list.get(pl.when(bthd).then(1).otherwise(2), null_on_oob=True),
+            "_d": first.list.get(3, null_on_oob=True),
+        },
+        {
+            "flops": pl.when(gemm)
+            .then(2 * _f(b) * _f(m) * _f(n) * _f(k))
+            .otherwise(4 * factor * _f(b) * _f(h) * _f(t) * _f(s) * _f(dd)),
+            "elems": pl.when(gemm)
+            .then(_f(b) * (_f(m) * _f(k) + _f(k) * _f(n) + _f(m) * _f(n)))
+            # Q, K, V read and O written (the backward reads and writes as many again)
+            .otherwise(factor * _f(b) * _f(h) * (2 * _f(t) + 2 * _f(s)) * _f(dd)),
+            "shape": pl.when(gemm)
+            .then(
+                pl.when(b == 1)
+                .then(pl.format("M{} N{} K{}", m, n, k))
+                .otherwise(pl.format("b{} M{} N{} K{}", b, m, n, k))
+            )
+            .otherwise(pl.format("B{} H{} T{} S{} D{}", b, h, t, s, dd)),
+        },
+    ]
 
 
 def _at(k: int) -> pl.Expr:
@@ -297,6 +300,14 @@ def _conv_stages() -> list[dict[str, pl.Expr]]:
         .str.extract_all(r"True|False"),
         **{f"_{k}": _values(_at(i)) for k, i in _CONV_PARAMS.items()},
     }
+    # each spatial dimension's values, once (spelled out in every formula below, they made
+    # the formulas' stage take 30 ms on 30 convolutions)
+    values: dict[str, pl.Expr] = {
+        f"_{k}{i}": _spatial_value(f"_{k}", _at(_CONV_PARAMS[k]), i, default)
+        for k, default in (("stride", 1), ("padding", 0), ("dilation", 1), ("output_padding", 0))
+        for i in range(_SPATIAL)
+    }
+    values["_groups0"] = _spatial_value("_groups", _at(7), 0, 1)
     second: dict[str, pl.Expr] = {
         "_spatial": w.list.len().cast(pl.Int64) - 2,
         "_n": x.list.get(0, null_on_oob=True),
@@ -306,7 +317,7 @@ def _conv_stages() -> list[dict[str, pl.Expr]]:
         "_c_out": pl.when(backward)
         .then(grad_out.list.get(1, null_on_oob=True))
         .when(transposed)
-        .then(w.list.get(1, null_on_oob=True) * _spatial_value("_groups", _at(7), 0, 1))
+        .then(w.list.get(1, null_on_oob=True) * pl.col("_groups0"))
         .otherwise(w.list.get(0, null_on_oob=True)),
         "_weight": w.list.eval(pl.element().cast(pl.Float64).product()).list.first(),
         "_passes": pl.when(backward)
@@ -320,20 +331,13 @@ def _conv_stages() -> list[dict[str, pl.Expr]]:
     for i in range(_SPATIAL):
         size = x.list.get(2 + i, null_on_oob=True)
         k = w.list.get(2 + i, null_on_oob=True)
-        stride = _spatial_value("_stride", _at(2), i, 1)
-        pad = _spatial_value("_padding", _at(3), i, 0)
-        span = _spatial_value("_dilation", _at(4), i, 1) * (k - 1)
+        stride, pad = pl.col(f"_stride{i}"), pl.col(f"_padding{i}")
+        span = pl.col(f"_dilation{i}") * (k - 1)
         out = (
             pl.when(backward)
             .then(grad_out.list.get(2 + i, null_on_oob=True))
             .when(transposed)
-            .then(
-                (size - 1) * stride
-                - 2 * pad
-                + span
-                + _spatial_value("_output_padding", _at(6), i, 0)
-                + 1
-            )
+            .then((size - 1) * stride - 2 * pad + span + pl.col(f"_output_padding{i}") + 1)
             .otherwise((size + 2 * pad - span - 1) // stride + 1)
         )
         inside = pl.lit(i) < spatial
@@ -391,7 +395,7 @@ def _conv_stages() -> list[dict[str, pl.Expr]]:
             ),
         ),
     }
-    return [first, second, per_dim, touched, last]
+    return [first, values, second, per_dim, touched, last]
 
 
 def _conv_ops(events: pl.LazyFrame) -> pl.LazyFrame:
@@ -424,18 +428,13 @@ def op_flops(timeline: Timeline, kernels: pl.DataFrame) -> pl.DataFrame:
     # the few operators of these names, once: products and convolutions are read from them
     named = timeline.events.filter(pl.col("name").is_in(FLOP_OPS)).lazy()
     columns = ["rank", "external_id", "op_start", "op_end", "op_name"]
+    products = shaped_ops(named.filter(~pl.col("name").is_in(CONV_OPS))).with_columns(
+        gemm=pl.col("op_name").is_in(list(_GEMM_OPS)),
+    )
+    for stage in _product_stages():
+        products = products.with_columns(**stage)
     products = (
-        shaped_ops(named.filter(~pl.col("name").is_in(CONV_OPS)))
-        .with_columns(
-            gemm=pl.col("op_name").is_in(list(_GEMM_OPS)),
-        )
-        .with_columns(
-            **{
-                c: pl.when(pl.col("gemm")).then(g).otherwise(a)
-                for (c, g), a in zip(
-                    _gemm_columns().items(), _attention_columns().values(), strict=True
-                )
-            },
+        products.with_columns(
             dtype=pl.when(pl.col("gemm"))
             .then(
                 pl.col("types").list.get(

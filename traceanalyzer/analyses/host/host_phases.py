@@ -84,13 +84,38 @@ class HostPhases:
         check_frames(self, "Metrics.host_phases", self.SCHEMAS)
 
 
+def _phase_of_name(name: pl.Expr) -> pl.Expr:
+    """The phase a range's name alone tells (data loading, optimizer, backward), else null."""
+    text = name.cast(pl.String)
+    return (
+        pl.when(text.str.contains(_DATA))
+        .then(pl.lit("data_loading"))
+        .when(text.str.contains(_OPTIMIZER))
+        .then(pl.lit("optimizer"))
+        .when(text.str.contains(_BACKWARD))
+        .then(pl.lit("backward"))
+    )
+
+
+#: The timeline's names as categories, and their distinct values in order of appearance
+#: (as `classify.per_distinct` maps them, which this room may not import)
+_key = pl.col("name").cast(pl.Categorical())
+_distinct = _key.unique(maintain_order=True)
+
+
 def segments(timeline: Timeline, markers: pl.LazyFrame) -> pl.LazyFrame:
     """The host steps cut into segments: rank, step, t (start), seg (length), phase."""
-    name = pl.col("name").cast(pl.String)
     host = (
         timeline.events.lazy()
         .filter(pl.col("kind").is_in(_RANGE_KINDS))
-        .select("rank", "kind", name=name, start_ns="start_ns", end_ns="end_ns")
+        .select(
+            "rank",
+            "kind",
+            # the regexes once per distinct name (as text per row, they took most of this)
+            named=_key.replace_strict(_distinct, _phase_of_name(_distinct), return_dtype=pl.String),
+            start_ns="start_ns",
+            end_ns="end_ns",
+        )
     )
     steps = markers.select("rank", "step", "start_ns", "end_ns")
     # the step marker itself (ProfilerStep#N, recorded as an operator by old profilers) is
@@ -100,12 +125,8 @@ def segments(timeline: Timeline, markers: pl.LazyFrame) -> pl.LazyFrame:
     )
     phased = in_ranges(
         host.with_columns(
-            phase=pl.when(pl.col("name").str.contains(_DATA))
-            .then(pl.lit("data_loading"))
-            .when(pl.col("name").str.contains(_OPTIMIZER))
-            .then(pl.lit("optimizer"))
-            .when(pl.col("name").str.contains(_BACKWARD))
-            .then(pl.lit("backward"))
+            phase=pl.when(pl.col("named").is_not_null())
+            .then(pl.col("named"))
             .when(pl.col("kind") == Kind.CPU_OP.value)
             .then(pl.lit("forward"))
         ).filter(pl.col("phase").is_not_null()),

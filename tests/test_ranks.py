@@ -114,12 +114,12 @@ def test_warmup_on_one_rank_is_left_out_on_every_rank(
     metrics = ranks.analyze_folder(folder, rank.Options(), jobs=1)[1]
     # rank 0 saw no warm-up of its own and ran again with the job's decision; rank 1 did not
     assert sorted(calls) == [(0, False), (0, True), (1, False)]
-    excluded = metrics.excluded_steps.sort("rank")
+    excluded = metrics.steps.excluded.sort("rank")
     assert excluded.select("rank", "step").rows() == [(0, 1), (1, 1)]
     assert excluded["reason"][0].startswith("left out on every rank (rank 1: warm-up: one-time")
     assert excluded["reason"][1].startswith("warm-up: one-time work (cudaMalloc x1)")
     # the window of each device starts with step 2
-    starts = metrics.steps.group_by("rank").agg(pl.col("step").min()).sort("rank")
+    starts = metrics.steps.steady.group_by("rank").agg(pl.col("step").min()).sort("rank")
     assert starts["step"].to_list() == [2, 2]
     # the same decision as the steady state taken over the whole job's timeline at once
     timeline = api.load(folder)

@@ -100,7 +100,7 @@ def test_numbers_match_a_plain_loop(run: Path) -> None:
         return
     metrics = analyze(read(run))
     expected = _expected(run)
-    got = {(r["rank"], r["device"]): r for r in metrics.devices.iter_rows(named=True)}
+    got = {(r["rank"], r["device"]): r for r in metrics.devices.rows()}
     assert set(got) == set(expected)
     for key, exp in expected.items():
         g = got[key]
@@ -110,19 +110,19 @@ def test_numbers_match_a_plain_loop(run: Path) -> None:
         assert {c: g[f"{c}_ns"] for c in exp["causes"]} == exp["causes"], key
         assert (g["comm_ns"], g["overlapped_comm_ns"]) == exp["comm"], key
         assert metrics.basis == exp["basis"]
-        steps = metrics.steps.filter(
-            (metrics.steps["rank"] == key[0]) & (metrics.steps["device"] == key[1])
+        steps = metrics.steps.steady.filter(
+            (metrics.steps.steady["rank"] == key[0]) & (metrics.steps.steady["device"] == key[1])
         )
         assert steps.select("step", "start_ns", "end_ns", "busy_ns").to_dicts() == exp["steps"]
 
 
 def test_known_workloads_show_what_their_readme_says() -> None:
     bf16 = analyze(read(SAMPLES / "train_bf16_healthy.json.gz"))
-    d = bf16.devices.row(0, named=True)
-    assert bf16.steps.height == 4
+    d = bf16.devices.summary.row(0, named=True)
+    assert bf16.steps.steady.height == 4
     assert 0.60 < 1 - d["idle_share"] < 0.66  # "busy about 63 %"
     tiny = analyze(read(SAMPLES / "tiny_kernels.json.gz"))
-    t = tiny.devices.row(0, named=True)
+    t = tiny.devices.summary.row(0, named=True)
     assert t["kernel_count"] == 6000
     assert t["idle_share"] > 0.93  # "idle about 95 %"
     assert tiny.kernels.histogram.filter(tiny.kernels.histogram["count"] > 0)["hi_ns"].max() <= 2000
@@ -171,7 +171,7 @@ def test_deepseek_deepep_all_to_all_is_communication() -> None:
                     deepep[dev].append((max(start, lo), min(end, hi)))
         assert deepep, path
         metrics = analyze(read(path))
-        got = {r["device"]: r["comm_ns"] for r in metrics.devices.iter_rows(named=True)}
+        got = {r["device"]: r["comm_ns"] for r in metrics.devices.rows()}
         for dev, spans in comm.items():
             assert got[dev] == reference.union_length(spans), (path, dev)
             assert got[dev] >= reference.union_length(deepep[dev]) > 0 or dev not in deepep

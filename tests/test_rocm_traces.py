@@ -65,7 +65,7 @@ def test_rocm_trace_analyses_match_plain_loops(rel: str) -> None:
     meta = read(path).meta
     kernels = _kernels(doc)
     assert kernels
-    devices = {r["device"]: r for r in metrics.devices.iter_rows(named=True)}
+    devices = {r["device"]: r for r in metrics.devices.rows()}
     assert set(devices) == {d for d, *_ in kernels}
     for dev, row in devices.items():
         lo, hi = numbers[(0, dev)]["start_ns"], numbers[(0, dev)]["end_ns"]
@@ -95,7 +95,7 @@ def test_rocm_trace_analyses_match_plain_loops(rel: str) -> None:
         and reference.STEP_RE.match(str(ev.get("name", "")))
     }
     paths = metrics.critical_path.steps
-    assert (0 < paths.height <= len(markers)) if metrics.steps.height else paths.height == 0
+    assert (0 < paths.height <= len(markers)) if metrics.steps.steady.height else paths.height == 0
     kinds = ("gpu_compute_ns", "comm_ns", "copy_ns", "cpu_ns", "sync_wait_ns", "idle_ns")
     for p in paths.iter_rows(named=True):
         assert p["path_ns"] == p["step_ns"] >= markers[p["name"]] > 0
@@ -105,5 +105,5 @@ def test_rocm_trace_analyses_match_plain_loops(rel: str) -> None:
 def test_rocm_traces_with_matrix_core_gemms_report_a_share() -> None:
     path = _path(ROCM[0])  # ResNet-18 training on MI300X: bf16 convolutions on MFMA
     metrics = analyze(read(path))
-    row = metrics.devices.row(0, named=True)
+    row = metrics.devices.summary.row(0, named=True)
     assert row["tc_ns"] > 0 and row["tc_ns"] == row["gemm_ns"]

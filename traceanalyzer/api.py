@@ -148,7 +148,7 @@ def _report(
     ctx: Context,
     paths: pl.DataFrame,
 ) -> Report:
-    totals = metrics.step_counts.ranks
+    totals = metrics.steps.counts.ranks
     periods = {r["rank"]: r for r in metrics.periods.iter_rows(named=True)}
     return build_report(
         meta,
@@ -188,7 +188,7 @@ def context(metrics: Metrics, meta: TraceMeta) -> Context:
     if metrics.periods.height:  # the loop's period, where the steps tell it
         steps = metrics.periods.select("rank", step_ns="period_ns").filter(pl.col("step_ns") > 0)
     if metrics.basis == "trace":  # no step markers: the whole window is one step
-        steps = metrics.devices.group_by("rank").agg(step_ns=pl.col("window_ns").max())
+        steps = metrics.devices.summary.group_by("rank").agg(step_ns=pl.col("window_ns").max())
     return Context(
         metrics=metrics,
         meta=meta,

@@ -651,8 +651,8 @@ def _outside_notes(outside: list[dict[str, Any]], metrics: Metrics) -> list[str]
         f"({o['after_ns'] / 1e6:.2f} ms) after it are not analysed"
         for o in outside
     ]
-    if metrics.excluded_steps.height:
-        names = sorted(set(metrics.excluded_steps["name"].drop_nulls().to_list()))
+    if metrics.steps.excluded.height:
+        names = sorted(set(metrics.steps.excluded["name"].drop_nulls().to_list()))
         notes.append(
             f"{len(names)} warm-up/outlier step(s) left out of the window ({', '.join(names)}); "
             "--all-steps keeps them"
@@ -720,13 +720,13 @@ def build_report(
             "flops": flop_rows.get((r["rank"], r["device"])),
             "memory": memory_rows.get((r["rank"], r["device"])),
         }
-        for r in metrics.devices.iter_rows(named=True)
+        for r in metrics.devices.rows()
     ]
-    steps = [_step(r, warmup=False) for r in metrics.steps.iter_rows(named=True)]
-    warm = [_step(r, warmup=True) for r in metrics.warmup_steps.iter_rows(named=True)]
+    steps = [_step(r, warmup=False) for r in metrics.steps.steady.iter_rows(named=True)]
+    warm = [_step(r, warmup=True) for r in metrics.steps.warmup.iter_rows(named=True)]
     steps = sorted([*warm, *steps], key=lambda s: (s["rank"], s["device"], s["start_ns"]))
-    outside = _rows(metrics.outside_window)
-    span = metrics.windows.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
+    outside = _rows(metrics.steps.outside_window)
+    span = metrics.steps.windows.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
     q = meta.quality
     longest = longest_first(metrics.idle.gaps).head(LONGEST_GAPS)
     return Report(
@@ -747,7 +747,7 @@ def build_report(
                     "step_ns": r["step_ns"],
                     "reason": r["reason"],
                 }
-                for r in metrics.excluded_steps.iter_rows(named=True)
+                for r in metrics.steps.excluded.iter_rows(named=True)
             ],
         },
         ranks=[

@@ -45,7 +45,7 @@ def finding_spans(f: Finding, metrics: Metrics, timeline: Timeline) -> pl.DataFr
         where = where & (pl.col("rank") == scope.rank)
     if scope.device is not None:
         where = where & (pl.col("device") == scope.device)
-    windows = metrics.windows.filter(where).select("rank", "device", "start_ns", "end_ns")
+    windows = metrics.steps.windows.filter(where).select("rank", "device", "start_ns", "end_ns")
     inside = windows.rename({"start_ns": "w_start", "end_ns": "w_end"})
     if f.category in GAP_CAUSE:
         spans = metrics.idle.gaps.filter(where & (pl.col("cause") == GAP_CAUSE[f.category])).select(

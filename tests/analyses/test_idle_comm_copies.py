@@ -56,7 +56,7 @@ CAUSES_TRACE = [
 
 def test_each_gap_gets_its_cause(tmp_path: Path) -> None:
     m = analyze(read(write_trace(tmp_path / "t.json", CAUSES_TRACE)))
-    d = m.devices.row(0, named=True)
+    d = m.devices.summary.row(0, named=True)
     assert (d["window_ns"], d["busy_ns"], d["idle_ns"]) == (670_000, 60_000, 610_000)
     assert {c: d[f"{c}_ns"] for c in ("other", "launch_overhead", "sync", "host_wait")} == {
         "other": 10_000,
@@ -72,13 +72,13 @@ def test_each_gap_gets_its_cause(tmp_path: Path) -> None:
     assert m.idle.gaps.filter(pl.col("cause") == "sync")["sync_name"].to_list() == [
         "cudaStreamSynchronize"
     ]
-    steps = m.steps.row(0, named=True)
+    steps = m.steps.steady.row(0, named=True)
     assert steps["sync_ns"] == 144_000 and steps["kernel_count"] == 6
 
 
 def test_threshold_is_inclusive(tmp_path: Path) -> None:
     m = analyze(read(write_trace(tmp_path / "t.json", CAUSES_TRACE)), launch_gap_max_ns=49_999)
-    d = m.devices.row(0, named=True)
+    d = m.devices.summary.row(0, named=True)
     assert (d["launch_overhead_ns"], d["host_wait_ns"]) == (26_000, 430_000)
 
 
@@ -99,7 +99,7 @@ def test_comm_overlap(tmp_path: Path) -> None:
         kernel(1300, 40, "ncclDevKernel_AllGather_RING_LL", stream=20),  # fully exposed
     ]
     m = analyze(read(write_trace(tmp_path / "c.json", events)))
-    d = m.devices.row(0, named=True)
+    d = m.devices.summary.row(0, named=True)
     assert (d["comm_ns"], d["overlapped_comm_ns"], d["exposed_comm_ns"]) == (
         140_000,
         50_000,
@@ -126,7 +126,7 @@ def test_moe_all_to_all_on_its_own_stream_is_communication(tmp_path: Path) -> No
         kernel(1300, 100, _COMBINE, stream=30),
     ]
     m = analyze(read(write_trace(tmp_path / "ep.json", events)))
-    d = m.devices.row(0, named=True)
+    d = m.devices.summary.row(0, named=True)
     assert (d["comm_ns"], d["overlapped_comm_ns"], d["exposed_comm_ns"]) == (
         300_000,
         100_000,
@@ -151,14 +151,14 @@ def test_a_kernel_launched_by_a_collective_op_is_communication(tmp_path: Path) -
         kernel(1200, 50, "void at::native::vectorized_elementwise_kernel<4>(int)", corr=2),
     ]
     m = analyze(read(write_trace(tmp_path / "op.json", events)))
-    d = m.devices.row(0, named=True)
+    d = m.devices.summary.row(0, named=True)
     assert (d["comm_ns"], d["exposed_comm_ns"]) == (100_000, 100_000)
     assert m.collectives.select("collective", "count").rows() == [("all_to_all", 1)]
 
 
 def test_no_comm_gives_null_overlap_share(tmp_path: Path) -> None:
     m = analyze(read(write_trace(tmp_path / "n.json", [kernel(10, 5, "k")])))
-    d = m.devices.row(0, named=True)
+    d = m.devices.summary.row(0, named=True)
     assert (d["comm_ns"], d["overlap_share"]) == (0, None)
 
 
@@ -202,7 +202,7 @@ def test_copies_by_direction_and_memory(tmp_path: Path) -> None:
 def test_timeline_bins_add_up(tmp_path: Path) -> None:
     m = analyze(read(write_trace(tmp_path / "t.json", CAUSES_TRACE)))
     b = m.idle.timeline_bins
-    d = m.devices.row(0, named=True)
+    d = m.devices.summary.row(0, named=True)
     assert b.height == 240
     assert int(b["busy_ns"].sum()) + sum(
         int(b[f"{c}_ns"].sum()) for c in ("host_wait", "sync", "launch_overhead", "other")

@@ -26,7 +26,7 @@ def _metrics(name: str) -> Metrics:
 def _steps(m: Metrics) -> dict[tuple[int, int], int]:
     """Steady steps per (rank, device), counted row by row."""
     out: dict[tuple[int, int], int] = {}
-    for s in m.steps.iter_rows(named=True):
+    for s in m.steps.steady.iter_rows(named=True):
         out[s["rank"], s["device"]] = out.get((s["rank"], s["device"]), 0) + 1
     return out
 
@@ -49,7 +49,7 @@ def test_sync_model_against_a_loop(name: str) -> None:
                 continue
             ahead = g["start_ns"] - g["sync_start_ns"] if g["sync_start_ns"] is not None else 0
             bubble += g["sync_ns"] + min(g["gap_ns"] - g["sync_ns"], max(ahead, limit))
-        idle = max(d["idle_ns"] for d in m.devices.iter_rows(named=True) if d["rank"] == rank)
+        idle = max(d["idle_ns"] for d in m.devices.rows() if d["rank"] == rank)
         n = max(c for (r, _d), c in _steps(m).items() if r == rank)
         assert got.idle_with_refill_ns == bubble > 0
         assert got.rank_idle_ns == idle
@@ -124,9 +124,9 @@ def test_tensor_core_model_against_a_loop(name: str) -> None:
     saved = _mean_by_rank(m.critical_path.what_if.to_dicts(), "saved_ns", scenario="gemm_2x")
     on_path = _mean_by_rank(m.critical_path.steps.to_dicts(), "gpu_gemm_ns")
     got = {(d.rank, d.device): d for d in m.tensor_core_model}
-    assert len(got) == m.devices.height
+    assert len(got) == m.devices.summary.height
     off_somewhere = False
-    for d in m.devices.iter_rows(named=True):
+    for d in m.devices.rows():
         rank, device = d["rank"], d["device"]
         off = max(0, d["gemm_ns"] - (d["tc_ns"] or 0) - (d["unknown_ns"] or 0))
         share = off / d["gemm_ns"] if d["gemm_ns"] else 0.0
@@ -151,8 +151,8 @@ def test_shape_model_against_a_loop() -> None:
     m = _metrics("odd_shapes.json.gz")
     names = {(d.rank, d.device): d.name for d in read(GPU / "odd_shapes.json.gz").meta.devices}
     got = {(d.rank, d.device): d for d in m.shape_model}
-    assert len(got) == m.devices.height
-    for d in m.devices.iter_rows(named=True):
+    assert len(got) == m.devices.summary.height
+    for d in m.devices.rows():
         rank, device = d["rank"], d["device"]
         rows = [
             s
@@ -201,8 +201,8 @@ def test_overlap_model_against_a_loop() -> None:
     m = analyze(read(Path(__file__).parents[2] / "sample_traces" / "sampled_2rank"))
     per_rank = {r["rank"]: r for r in m.collective_split.per_rank.iter_rows(named=True)}
     got = {(d.rank, d.device): d for d in m.overlap_model}
-    assert len(got) == m.devices.height
-    for d in m.devices.iter_rows(named=True):
+    assert len(got) == m.devices.summary.height
+    for d in m.devices.rows():
         rank, device = d["rank"], d["device"]
         exposed, comm = d["exposed_comm_ns"], d["comm_ns"]
         transfer = per_rank[rank]["exposed_transfer_ns"]  # matched across the two ranks
@@ -283,8 +283,8 @@ def test_startup_model_against_a_loop(name: str) -> None:
     is left out of the window, and its start-up with it."""
     m = _metrics(name)
     got = {(d.rank, d.device): d for d in m.startup_model}
-    assert len(got) == m.devices.height
-    for d in m.devices.iter_rows(named=True):
+    assert len(got) == m.devices.summary.height
+    for d in m.devices.rows():
         key = (d["rank"], d["device"])
         once = [r for r in m.startup_idle.iter_rows(named=True) if (r["rank"], r["device"]) == key]
         calls = [c for c in m.startup.iter_rows(named=True) if (c["rank"], c["device"]) == key]
@@ -308,12 +308,12 @@ def test_startup_model_against_a_loop(name: str) -> None:
 def test_step_counts_against_a_loop() -> None:
     m = _metrics("host_sync.json.gz")
     distinct: dict[int, set[int]] = {}
-    for s in m.steps.iter_rows(named=True):
+    for s in m.steps.steady.iter_rows(named=True):
         distinct.setdefault(s["rank"], set()).add(s["step"])
-    assert m.step_counts.by_steps
-    assert dict(m.step_counts.counts) == _steps(m)
-    assert dict(m.step_counts.ranks) == {r: len(s) for r, s in distinct.items()}
-    assert m.step_counts.most_on(0) == max(_steps(m).values())
+    assert m.steps.counts.by_steps
+    assert dict(m.steps.counts.counts) == _steps(m)
+    assert dict(m.steps.counts.ranks) == {r: len(s) for r, s in distinct.items()}
+    assert m.steps.counts.most_on(0) == max(_steps(m).values())
 
 
 @pytest.mark.parametrize("name", ["gelu_manual.json.gz", "memory_bound.json.gz"])

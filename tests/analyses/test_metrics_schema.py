@@ -30,12 +30,14 @@ def test_every_frame_field_is_declared() -> None:
 
 def test_a_renamed_or_retyped_column_fails_where_it_is_made() -> None:
     metrics = api.run(api.load(SAMPLES / "train_bf16_healthy.json.gz")).metrics
-    devices = metrics.devices
-    check_frame("devices", devices)  # as built
+    devices = metrics.devices.summary
+    check_frame("devices.summary", devices)  # as built
     with pytest.raises(SchemaDriftError, match="columns"):
-        check_frame("devices", devices.rename({"idle_share": "idle_fraction"}))
+        check_frame("devices.summary", devices.rename({"idle_share": "idle_fraction"}))
     with pytest.raises(SchemaDriftError, match="busy_ns: Float64"):
-        check_frame("devices", devices.with_columns(pl.col("busy_ns").cast(pl.Float64)))
+        check_frame("devices.summary", devices.with_columns(pl.col("busy_ns").cast(pl.Float64)))
+    with pytest.raises(SchemaDriftError, match=r"Metrics\.steps\.windows: columns"):
+        dataclasses.replace(metrics.steps, windows=metrics.steps.windows.drop("end_ns"))
     with pytest.raises(SchemaDriftError):
         dataclasses.replace(metrics.idle, gaps=metrics.idle.gaps.drop("cause"))
     top = metrics.kernels.top

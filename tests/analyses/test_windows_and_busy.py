@@ -24,17 +24,17 @@ def test_two_streams_overlap_without_steps(tmp_path: Path) -> None:
     m = _metrics(
         tmp_path, [kernel(1000, 100, "a"), kernel(1050, 100, "b", stream=13), kernel(1200, 10, "c")]
     )
-    d = m.devices.row(0, named=True)
+    d = m.devices.summary.row(0, named=True)
     assert m.basis == "trace"
     assert (d["window_ns"], d["busy_ns"], d["idle_ns"]) == (210_000, 160_000, 50_000)
     assert d["idle_share"] == 50_000 / 210_000
     assert (d["kernel_count"], d["kernel_ns"]) == (3, 210_000)
-    assert m.steps.height == 0
+    assert m.steps.steady.height == 0
 
 
 def test_zero_length_kernel_counts_but_adds_no_time(tmp_path: Path) -> None:
     m = _metrics(tmp_path, [kernel(1000, 10, "a"), kernel(1005, 0, "zero"), kernel(1020, 10, "b")])
-    d = m.devices.row(0, named=True)
+    d = m.devices.summary.row(0, named=True)
     assert (d["kernel_count"], d["busy_ns"], d["window_ns"]) == (3, 20_000, 30_000)
     assert m.kernels.histogram.filter(pl.col("lo_ns") == 0)["count"].item() == 1
 
@@ -59,15 +59,15 @@ def test_steps_are_projected_onto_the_work_they_launched(tmp_path: Path) -> None
     ]
     m = _metrics(tmp_path, events)
     assert m.basis == "steps"
-    w = m.windows.row(0, named=True)
+    w = m.steps.windows.row(0, named=True)
     # the first step opens at its marker (the GPU waits for its first launch from there)
     assert (w["start_ns"], w["end_ns"]) == (100_000, 310_000)
-    steps = m.steps.select("name", "start_ns", "end_ns", "busy_ns").rows()
+    steps = m.steps.steady.select("name", "start_ns", "end_ns", "busy_ns").rows()
     assert steps == [
         ("ProfilerStep#1", 100_000, 210_000, 50_000),
         ("ProfilerStep#2", 210_000, 310_000, 50_000),
     ]
-    d = m.devices.row(0, named=True)
+    d = m.devices.summary.row(0, named=True)
     assert (d["busy_ns"], d["idle_ns"], d["kernel_count"]) == (100_000, 110_000, 3)
     assert m.kernels.top["name"].to_list() == ["s2a", "s1a", "s1b"]
 
@@ -81,7 +81,7 @@ def test_kernel_crossing_the_window_edge_is_clipped(tmp_path: Path) -> None:
         kernel(100, 10, "k", corr=2),
     ]
     m = _metrics(tmp_path, events)
-    d = m.devices.row(0, named=True)
+    d = m.devices.summary.row(0, named=True)
     assert (d["window_ns"], d["busy_ns"], d["kernel_count"], d["kernel_ns"]) == (
         10_000,
         10_000,
@@ -161,7 +161,7 @@ def _step_names(tmp_path: Path, names: list[str], pattern: str | None) -> list[s
             kernel(t + 5, 10, f"k{i}", corr=i + 1),
         ]
     tl = read(write_trace(tmp_path / f"s{len(names)}.json", events))
-    return analyze(tl, step_pattern=pattern, all_steps=True).steps["name"].to_list()
+    return analyze(tl, step_pattern=pattern, all_steps=True).steps.steady["name"].to_list()
 
 
 def test_step_patterns(tmp_path: Path) -> None:

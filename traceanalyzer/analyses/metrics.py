@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from traceanalyzer.analyses.critical_path import critical_path
-from traceanalyzer.analyses.gpu import fusion, idle, kernels, memory
+from traceanalyzer.analyses.gpu import devices, fusion, idle, kernels, memory
 from traceanalyzer.analyses.host import host_phases
-from traceanalyzer.analyses.timeline import startup, steady
+from traceanalyzer.analyses.timeline import startup, steady, windows
 from traceanalyzer.analyses.timeline.frames import SchemaDriftError, check_schema
 
 if TYPE_CHECKING:
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from traceanalyzer.analyses.distributed.imbalance import RankBalance
     from traceanalyzer.analyses.facts import RunFacts
     from traceanalyzer.analyses.gpu.copies import PageableImpact
+    from traceanalyzer.analyses.gpu.devices import Devices
     from traceanalyzer.analyses.gpu.flops import Flops
     from traceanalyzer.analyses.gpu.fusion import MemoryImpact
     from traceanalyzer.analyses.gpu.gemm_units import TensorCoreImpact
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from traceanalyzer.analyses.gpu.shapes import ShapeImpact
     from traceanalyzer.analyses.host.host_phases import HostPhases
     from traceanalyzer.analyses.timeline.startup import DeviceStartup
-    from traceanalyzer.analyses.timeline.windows import StepCounts
+    from traceanalyzer.analyses.timeline.windows import Steps
 
 __all__ = ["FRAME_SCHEMAS", "OPTIONAL_COLUMNS", "Metrics", "SchemaDriftError", "check_frame"]
 
@@ -38,60 +39,6 @@ __all__ = ["FRAME_SCHEMAS", "OPTIONAL_COLUMNS", "Metrics", "SchemaDriftError", "
 #: renamed or retyped column fails at the analysis that made it, not silently in the
 #: published JSON (the report copies several of these frames into it).
 FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
-    "windows": {
-        "rank": pl.Int32,
-        "device": pl.Int32,
-        "start_ns": pl.Int64,
-        "end_ns": pl.Int64,
-    },
-    "devices": {
-        "rank": pl.Int32,
-        "device": pl.Int32,
-        "start_ns": pl.Int64,
-        "end_ns": pl.Int64,
-        "window_ns": pl.Int64,
-        "busy_ns": pl.Int64,
-        "idle_ns": pl.Int64,
-        "kernel_count": pl.Int64,
-        "kernel_ns": pl.Int64,
-        "idle_share": pl.Float64,
-        "host_wait_ns": pl.Int64,
-        "sync_ns": pl.Int64,
-        "launch_overhead_ns": pl.Int64,
-        "other_ns": pl.Int64,
-        "gap_count": pl.Int64,
-        "longest_gap_ns": pl.Int64,
-        "host_wait_between_steps_ns": pl.Int64,
-        "comm_ns": pl.Int64,
-        "overlapped_comm_ns": pl.Int64,
-        "exposed_comm_ns": pl.Int64,
-        "overlap_share": pl.Float64,
-        "tc_ns": pl.Int64,
-        "gemm_ns": pl.Int64,
-        "share_of_gemm": pl.Float64,
-        "share_of_kernel": pl.Float64,
-        "unknown_ns": pl.Int64,
-        "host_wait_share": pl.Float64,
-        "sync_share": pl.Float64,
-        "launch_overhead_share": pl.Float64,
-        "other_share": pl.Float64,
-        "comm_wait_ns": pl.Int64,
-    },
-    "steps": {
-        "rank": pl.Int32,
-        "device": pl.Int32,
-        "step": pl.Int64,
-        "name": pl.String,
-        "start_ns": pl.Int64,
-        "end_ns": pl.Int64,
-        "busy_ns": pl.Int64,
-        "idle_share": pl.Float64,
-        "kernel_count": pl.Int64,
-        "host_wait_ns": pl.Int64,
-        "sync_ns": pl.Int64,
-        "launch_overhead_ns": pl.Int64,
-        "other_ns": pl.Int64,
-    },
     "collectives": {
         "rank": pl.Int32,
         "device": pl.Int32,
@@ -179,32 +126,8 @@ FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
     "startup": dict(startup.SCHEMA),
     "startup_idle": dict(startup.IDLE_SCHEMA),
     "periods": dict(steady.PERIOD_SCHEMA),
-    "excluded_steps": {
-        "rank": pl.Int32,
-        "step": pl.Int64,
-        "name": pl.String,
-        "step_ns": pl.Int64,
-        "reason": pl.String,
-    },
-    "warmup_steps": {
-        "rank": pl.Int32,
-        "device": pl.Int32,
-        "step": pl.Int64,
-        "name": pl.String,
-        "start_ns": pl.Int64,
-        "end_ns": pl.Int64,
-        "busy_ns": pl.Int64,
-        "idle_share": pl.Float64,
-        "kernel_count": pl.Int64,
-    },
-    "outside_window": {
-        "rank": pl.Int32,
-        "device": pl.Int32,
-        "before_count": pl.Int64,
-        "before_ns": pl.Int64,
-        "after_count": pl.Int64,
-        "after_ns": pl.Int64,
-    },
+    **{f"steps.{k}": dict(v) for k, v in windows.Steps.SCHEMAS.items()},
+    **{f"devices.{k}": dict(v) for k, v in devices.Devices.SCHEMAS.items()},
     **{f"kernels.{k}": dict(v) for k, v in kernels.Kernels.SCHEMAS.items()},
     **{f"idle.{k}": dict(v) for k, v in idle.Idle.SCHEMAS.items()},
     **{f"critical_path.{k}": dict(v) for k, v in critical_path.CriticalPath.SCHEMAS.items()},
@@ -229,13 +152,11 @@ class Metrics:
     """Results of `analyze()`; frames are summaries, never whole event tables.
 
     - `basis`: "steps" when step markers defined the window, else "trace".
-    - `windows`: rank, device, start_ns, end_ns.
-    - `devices`: rank, device, window_ns, busy_ns, idle_ns, idle_share, kernel_count,
-      kernel_ns, `<cause>_ns` per idle cause, gap_count, longest_gap_ns, comm_ns,
-      overlapped_comm_ns, exposed_comm_ns, overlap_share, tc_ns, gemm_ns, unknown_ns,
-      share_of_gemm, share_of_kernel.
-    - `steps`: rank, device, step, name, start_ns, end_ns, busy_ns, idle_share,
-      kernel_count, `<cause>_ns`.
+    - `steps`: each device's window, its steady steps, the warm-up and outlier steps left
+      out, the GPU work outside the windows and the steps each window holds
+      (analyses/timeline/windows.py: windows.Steps).
+    - `devices`: each device's busy and idle time in its window, idle by cause,
+      communication and Tensor Core time (analyses/gpu/devices.py: devices.Devices).
     - `kernels`: the kernels' histograms, top kernels, classes, names, count and time, and
       the small kernels' shares (analyses/gpu/kernels.py: kernels.Kernels).
     - `idle`: the idle gaps by cause, their histogram, the host syncs, their call sites and
@@ -257,11 +178,6 @@ class Metrics:
     - `critical_path`: the critical path per sampled (rank, step) and the what-if scenarios
       (analyses/critical_path/critical_path.py: critical_path.CriticalPath).
     - `copies`: rank, device, copy_kind, src_memory, dst_memory, count, bytes, time_ns, gbps.
-    - `excluded_steps`: rank, step, name, step_ns, reason: warm-up and outlier steps left out
-      of the window (see analyses/timeline/steady.py); `warmup_steps`: their rows per device (rank,
-      device, step, name, start_ns, end_ns, busy_ns, idle_share, kernel_count).
-    - `outside_window`: rank, device, before_count, before_ns, after_count, after_ns: GPU work
-      outside each device's window (windows.outside_window).
     - `facts`: what the run context is read off (facts.RunFacts: names, kinds recorded).
     - `collective_split`: every rank's collectives matched across ranks, their time split
       into waiting for peers and transfer, exposed or not, with bytes and bus bandwidth
@@ -284,8 +200,6 @@ class Metrics:
       (steady.loop_periods), with the shortest and longest step.
     - `balance`: the ranks' own times per steady step, the slowest rank, why, and the price
       of the imbalance (analyses/distributed/imbalance.py).
-    - `step_counts`: how many steady steps each device's window holds (windows.StepCounts):
-      what the impact models divide by.
     - The impact models: what fixing a finding saves per steady step (`impact_ns`) and the
       most it can save (`ceiling_ns`), with the figures they are computed from, read by the
       rules. `memory_impact_model`: what fusing the memory-bound kernels saves, on the
@@ -303,9 +217,8 @@ class Metrics:
     """
 
     basis: str
-    windows: pl.DataFrame
-    devices: pl.DataFrame
-    steps: pl.DataFrame
+    steps: Steps
+    devices: Devices
     kernels: Kernels
     idle: Idle
     critical_path: CriticalPath
@@ -318,9 +231,6 @@ class Metrics:
     matmul_shapes: pl.DataFrame
     non_tc_gemms: pl.DataFrame
     early_starts: pl.DataFrame
-    excluded_steps: pl.DataFrame
-    warmup_steps: pl.DataFrame
-    outside_window: pl.DataFrame
     facts: RunFacts
     collective_split: CollectiveSplit
     flops: Flops
@@ -332,7 +242,6 @@ class Metrics:
     startup: pl.DataFrame
     startup_idle: pl.DataFrame
     periods: pl.DataFrame
-    step_counts: StepCounts
     memory_impact_model: MemoryImpact
     sync_model: tuple[SyncImpact, ...]
     pageable_model: tuple[PageableImpact, ...]

@@ -184,16 +184,16 @@ class Context:
 
     def steps_on(self, rank: int, device: int) -> int:
         """How many steps the window of (rank, device) holds (without step markers, the
-        window counts as one step): `Metrics.step_counts`."""
-        return self.metrics.step_counts.on(rank, device)
+        window counts as one step): `Metrics.steps.counts`."""
+        return self.metrics.steps.counts.on(rank, device)
 
     def per_step(self, ns: int, rank: int, device: int) -> int | None:
         """`ns` spread over the steps of (rank, device); None without steps."""
-        return self.metrics.step_counts.per_step(ns, rank, device)
+        return self.metrics.steps.counts.per_step(ns, rank, device)
 
     def devices(self) -> Iterable[dict[str, Any]]:
         """The per-device metrics rows."""
-        return self.metrics.devices.iter_rows(named=True)
+        return self.metrics.devices.rows()
 
 
 #: NVIDIA words and their AMD (ROCm) counterparts, for findings on AMD GPUs.

@@ -112,7 +112,7 @@ class TraceQuality(Rule):
     def check(self, ctx: Context, t: Thresholds) -> Iterable[Finding]:
         q = ctx.meta.quality
         yield from self.damaged_finding(ctx, t)
-        span = span_ns(ctx.metrics.windows)
+        span = span_ns(ctx.metrics.steps.windows)
         if q.truncated_files:
             yield self.finding(
                 ctx,
@@ -168,7 +168,7 @@ class TraceQuality(Rule):
                 "NVTX ranges named step_N for Nsight; --step-pattern matches other names.",
             )
             return
-        for rank, n in sorted(ctx.metrics.step_counts.ranks.items()):
+        for rank, n in sorted(ctx.metrics.steps.counts.ranks.items()):
             if n < t.min_steps:
                 yield self.finding(
                     ctx,

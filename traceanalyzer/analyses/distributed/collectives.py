@@ -354,7 +354,7 @@ def overlap_impact(
     savings: Mapping[tuple[int, str], int],
     counts: StepCounts,
 ) -> tuple[OverlapImpact, ...]:
-    """Each device's OverlapImpact, in the order of `devices` (Metrics.devices).
+    """Each device's OverlapImpact, in the order of `devices` (Metrics.devices.summary).
 
     What overlap can hide is the transfers that ran with nothing beside them; the waits for
     a slower rank (TA008's) stay whatever overlaps them. Overlap hides a transfer under

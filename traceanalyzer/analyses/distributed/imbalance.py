@@ -173,8 +173,8 @@ def balance(
     comm_steps: pl.DataFrame,
     blocked: pl.DataFrame,
 ) -> RankBalance:
-    """Compare the ranks of a job. `steps`: Metrics.steps (device steps, steady only);
-    `devices`: Metrics.devices (host_wait_between_steps_ns, window totals); `comm_steps`:
+    """Compare the ranks of a job. `steps`: Metrics.steps.steady (device steps, steady only);
+    `devices`: Metrics.devices.summary (host_wait_between_steps_ns, window totals); `comm_steps`:
     CollectiveSplit.per_step; `blocked`: every rank's `host_blocked`."""
     per_step = (
         steps.group_by("rank", "step")

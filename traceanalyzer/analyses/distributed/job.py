@@ -20,6 +20,7 @@ from traceanalyzer.analyses.distributed import collectives, imbalance, overlap
 from traceanalyzer.analyses.distributed.rank import Flagged, Options, RankPart
 from traceanalyzer.analyses.gpu import (
     copies,
+    devices,
     flops,
     fusion,
     gemm_units,
@@ -30,7 +31,7 @@ from traceanalyzer.analyses.gpu import (
 )
 from traceanalyzer.analyses.host import host_phases
 from traceanalyzer.analyses.metrics import Metrics
-from traceanalyzer.analyses.timeline import startup, steady
+from traceanalyzer.analyses.timeline import startup, steady, windows
 from traceanalyzer.analyses.timeline.windows import DEVICE_KEY, step_counts
 from traceanalyzer.timings import stage
 
@@ -166,9 +167,15 @@ def _merge(
     sync_sites = idle.sync_sites_summary(sync_calls, _concat(parts, "steps_per_rank"))
     return Metrics(
         basis="steps" if by_steps else "trace",
-        windows=wins,
-        devices=dev,
-        steps=steps,
+        steps=windows.Steps(
+            windows=wins,
+            steady=steps,
+            warmup=_concat(parts, "warmup_steps"),
+            excluded=steady.excluded_rows(per_step, flagged),
+            outside_window=_concat(parts, "outside_window"),
+            counts=counts,
+        ),
+        devices=devices.Devices(summary=dev),
         kernels=kernels.Kernels(
             histogram=_histogram(parts, "kernel_histogram", "lo_ns", "hi_ns"),
             launch_size_histogram=_histogram(
@@ -219,11 +226,7 @@ def _merge(
         early_starts=_concat(parts, "early_starts"),
         critical_path=critical_path.CriticalPath.of(paths),
         memory=memory.Memory(peaks=peaks, growth=grown, runway=memory.runway(grown, peaks, infos)),
-        excluded_steps=steady.excluded_rows(per_step, flagged),
-        warmup_steps=_concat(parts, "warmup_steps"),
-        outside_window=_concat(parts, "outside_window"),
         facts=context.RunFacts.merge([p.facts for p in parts]),
-        step_counts=counts,
         # the impact models: what each fix saves per steady step, and the most it can
         memory_impact_model=fusion.memory_impact(
             mem_model, mem_patterns, paths.steps, savings, counts

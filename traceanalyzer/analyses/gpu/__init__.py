@@ -13,7 +13,8 @@ public results:
 - `flops.Flops`: FLOPs, MFU and the roofline; `shapes.ShapeImpact`: misaligned matmul
   shapes; `attention.unfused_attention`: attention computed by hand;
 - `operators`: the CPU operators behind GPU work (shapes, launches), shared by the above;
-- `devices.device_summary` / `devices.step_summary`: busy and idle time per device and step;
+- `devices.Devices` (Metrics.devices), from `devices.device_summary` /
+  `devices.step_summary`: busy and idle time per device and step;
 - `idle.SyncImpact` / `idle.SyncSites` and the idle gaps by cause;
 - `copies.PageableImpact` and the memcpy summary; `memory.Memory` (step peaks, growth and
   `memory.MemoryRunway`).

@@ -1,9 +1,15 @@
-"""Per-device busy and idle time inside the window, and the same per step."""
+"""Per-device busy and idle time inside the window (the job's `Devices`), and the same per
+step."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
 import polars as pl
 
+from traceanalyzer.analyses.timeline.frames import Schemas, check_frames
 from traceanalyzer.analyses.timeline.intervals import (
     busy_before,
     clipped_ns,
@@ -13,6 +19,70 @@ from traceanalyzer.analyses.timeline.intervals import (
 )
 from traceanalyzer.analyses.timeline.windows import DEVICE_KEY
 from traceanalyzer.model import Kind
+
+_I64 = pl.Int64
+_F64 = pl.Float64
+
+
+@dataclass(frozen=True, slots=True)
+class Devices:
+    """Each device's time inside its window, every rank's devices together (Metrics.devices).
+
+    - `summary`: one row per (rank, device), in that order: start_ns, end_ns, window_ns,
+      busy_ns, idle_ns, idle_share, kernel_count, kernel_ns (`device_summary`);
+      `<cause>_ns` and `<cause>_share` per idle cause, gap_count, longest_gap_ns and
+      host_wait_between_steps_ns (gpu/idle.py); comm_ns, overlapped_comm_ns,
+      exposed_comm_ns, overlap_share (distributed/overlap.py) and comm_wait_ns (the time
+      waiting for other ranks inside collectives); tc_ns, gemm_ns, unknown_ns,
+      share_of_gemm, share_of_kernel (gpu/tensor_cores.py).
+
+    Its frame is checked against `SCHEMAS` when it is built.
+    """
+
+    SCHEMAS: ClassVar[Schemas] = {
+        "summary": {
+            "rank": pl.Int32,
+            "device": pl.Int32,
+            "start_ns": _I64,
+            "end_ns": _I64,
+            "window_ns": _I64,
+            "busy_ns": _I64,
+            "idle_ns": _I64,
+            "kernel_count": _I64,
+            "kernel_ns": _I64,
+            "idle_share": _F64,
+            "host_wait_ns": _I64,
+            "sync_ns": _I64,
+            "launch_overhead_ns": _I64,
+            "other_ns": _I64,
+            "gap_count": _I64,
+            "longest_gap_ns": _I64,
+            "host_wait_between_steps_ns": _I64,
+            "comm_ns": _I64,
+            "overlapped_comm_ns": _I64,
+            "exposed_comm_ns": _I64,
+            "overlap_share": _F64,
+            "tc_ns": _I64,
+            "gemm_ns": _I64,
+            "share_of_gemm": _F64,
+            "share_of_kernel": _F64,
+            "unknown_ns": _I64,
+            "host_wait_share": _F64,
+            "sync_share": _F64,
+            "launch_overhead_share": _F64,
+            "other_share": _F64,
+            "comm_wait_ns": _I64,
+        }
+    }
+
+    summary: pl.DataFrame
+
+    def __post_init__(self) -> None:
+        check_frames(self, "Metrics.devices", self.SCHEMAS)
+
+    def rows(self) -> Iterator[dict[str, Any]]:
+        """The summary's rows, one dict per device."""
+        return self.summary.iter_rows(named=True)
 
 
 def busy_in_spans(work: pl.LazyFrame, spans: pl.LazyFrame) -> pl.LazyFrame:

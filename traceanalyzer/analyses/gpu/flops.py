@@ -558,9 +558,9 @@ def device_flops(
     gemm_time: pl.DataFrame | None = None,
 ) -> Flops:
     """The job's FLOPs per device and steady step. `ops`: every rank's `op_flops`; `steps`:
-    Metrics.steps (device steps; empty without step markers: the window is one step);
-    `windows`: Metrics.windows; `gemm_time`: rank, device, gemm_ns (every GEMM-class
-    kernel's time in the window: Metrics.devices), for `coverage`."""
+    Metrics.steps.steady (device steps; empty without step markers: the window is one step);
+    `windows`: Metrics.steps.windows; `gemm_time`: rank, device, gemm_ns (every GEMM-class
+    kernel's time in the window: Metrics.devices.summary), for `coverage`."""
     if steps.height:
         timing = steps.group_by(DEVICE_KEY).agg(
             steps=pl.len().cast(pl.Int64), span_ns=(pl.col("end_ns") - pl.col("start_ns")).sum()

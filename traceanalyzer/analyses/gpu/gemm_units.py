@@ -94,7 +94,7 @@ def tensor_core_impact(
     savings: Mapping[tuple[int, str], int],
     counts: StepCounts,
 ) -> tuple[TensorCoreImpact, ...]:
-    """Each device's TensorCoreImpact, in the order of `devices` (Metrics.devices).
+    """Each device's TensorCoreImpact, in the order of `devices` (Metrics.devices.summary).
 
     The off-Tensor-Core GEMMs made TC_SPEEDUP times faster save `1 - 1/TC_SPEEDUP` of their
     time. On the critical path, that is the `gemm_2x` what-if (`savings[rank, "gemm_2x"]`:

@@ -708,7 +708,7 @@ def sync_impact(
     limit `launch_gap_max_ns` (TA001). The sync's start is known where the call was named
     (a host thread).
 
-    `gaps`, `devices`, `sites`: Metrics.idle.gaps, Metrics.devices and
+    `gaps`, `devices`, `sites`: Metrics.idle.gaps, Metrics.devices.summary and
     Metrics.idle.sync_sites; `counts`: the
     steps each device's window holds."""
     ahead = (pl.col("start_ns") - pl.col("sync_start_ns")).fill_null(0)

@@ -175,7 +175,7 @@ def shape_impact(
     infos: Sequence[DeviceInfo],
     counts: StepCounts,
 ) -> tuple[ShapeImpact, ...]:
-    """Each device's ShapeImpact, in the order of `devices` (Metrics.devices).
+    """Each device's ShapeImpact, in the order of `devices` (Metrics.devices.summary).
 
     The misaligned GEMMs' time minus their time at the throughput the device's aligned GEMMs
     reach (FLOPs of `aten::mm`/`addmm`/`linear` shapes over their kernel time, 16-bit ones

@@ -2,9 +2,11 @@
 
 The first room of the analyses: it imports nothing of the others. Its public results:
 
-- `windows.StepCounts` and the step windows (`windows.device_windows`,
-  `windows.device_steps`, `windows.linked_work`, `windows.DEVICE_KEY`): the analysed span of
-  each device and each step projected onto GPU work;
+- `windows.Steps` (the job's windows, steady and left-out steps, GPU work outside the
+  windows and `windows.StepCounts`: Metrics.steps) and the step windows
+  (`windows.device_windows`, `windows.device_steps`, `windows.linked_work`,
+  `windows.DEVICE_KEY`): the analysed span of each device and each step projected onto GPU
+  work;
 - `steady.SteadyState` and `steady.StepTable`: the warm-up and outlier steps left out of the
   window;
 - `startup.DeviceStartup`: one-time work (start-up that is not the loop) inside the window;

@@ -269,7 +269,7 @@ class DeviceStartup:
 def per_device(
     devices: pl.DataFrame, calls: pl.DataFrame, idle: pl.DataFrame
 ) -> tuple[DeviceStartup, ...]:
-    """Each device's DeviceStartup, in the order of `devices` (Metrics.devices). `calls`:
+    """Each device's DeviceStartup, in the order of `devices` (Metrics.devices.summary). `calls`:
     `one_time_calls`' rows, longest first (Metrics.startup); `idle`: `idle_per_device`'s
     (Metrics.startup_idle)."""
     out = []

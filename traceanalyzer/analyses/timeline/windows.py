@@ -18,9 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import polars as pl
 
+from traceanalyzer.analyses.timeline.frames import Schemas, check_frames
 from traceanalyzer.model import GPU_KINDS, Kind, Timeline
 
 _HOST_RANGE_KINDS = [Kind.ANNOTATION.value, Kind.CPU_OP.value]
@@ -315,7 +317,7 @@ class StepCounts:
     window's time by to price a finding per step.
 
     `by_steps`: whether step markers defined the windows (`Metrics.basis == "steps"`);
-    `counts`: (rank, device) -> its rows in `Metrics.steps`; `ranks`: rank -> its distinct
+    `counts`: (rank, device) -> its rows in `Metrics.steps.steady`; `ranks`: rank -> its distinct
     steady steps (over its devices). Without step markers a window counts as one step, and
     both are empty."""
 
@@ -342,7 +344,7 @@ class StepCounts:
 
 
 def step_counts(steps: pl.DataFrame, by_steps: bool) -> StepCounts:
-    """The StepCounts of `steps` (Metrics.steps: one row per device and steady step)."""
+    """The StepCounts of `steps` (Metrics.steps.steady: one row per device and steady step)."""
     counts = steps.group_by(DEVICE_KEY).len()
     ranks = steps.group_by("rank").agg(pl.col("step").n_unique())
     return StepCounts(
@@ -350,6 +352,73 @@ def step_counts(steps: pl.DataFrame, by_steps: bool) -> StepCounts:
         counts={(r, d): n for r, d, n in counts.select(*DEVICE_KEY, "len").iter_rows()},
         ranks=dict(ranks.iter_rows()),
     )
+
+
+_KEY = {"rank": pl.Int32, "device": pl.Int32}
+_SPAN = {"start_ns": pl.Int64, "end_ns": pl.Int64}
+_STEP = {"step": pl.Int64, "name": pl.String, **_SPAN, "busy_ns": pl.Int64}
+
+
+@dataclass(frozen=True, slots=True)
+class Steps:
+    """The job's windows and steps (Metrics.steps): what every device's analysed span is,
+    which steps it holds, and which were left out.
+
+    - `windows`: rank, device, start_ns, end_ns: each device's analysed window
+      (`device_windows`).
+    - `steady`: rank, device, step, name, start_ns, end_ns, busy_ns, idle_share,
+      kernel_count, `<cause>_ns` per idle cause: each device's steady steps, tiling its
+      window (`device_steps`, with gpu/devices.step_summary's busy time and the idle gaps'
+      causes); empty without step markers.
+    - `warmup`: the same rows (without the causes) of the steps left out of the window.
+    - `excluded`: rank, step, name, step_ns, reason: the warm-up and outlier steps left out
+      of the window (timeline/steady.py).
+    - `outside_window`: rank, device, before_count, before_ns, after_count, after_ns: GPU
+      work outside each device's window (`outside_window`).
+    - `counts`: how many steady steps each device's window holds (`StepCounts`): what the
+      impact models divide by.
+
+    Its frames are checked against `SCHEMAS` when it is built.
+    """
+
+    SCHEMAS: ClassVar[Schemas] = {
+        "windows": {**_KEY, **_SPAN},
+        "steady": {
+            **_KEY,
+            **_STEP,
+            "idle_share": pl.Float64,
+            "kernel_count": pl.Int64,
+            "host_wait_ns": pl.Int64,
+            "sync_ns": pl.Int64,
+            "launch_overhead_ns": pl.Int64,
+            "other_ns": pl.Int64,
+        },
+        "warmup": {**_KEY, **_STEP, "idle_share": pl.Float64, "kernel_count": pl.Int64},
+        "excluded": {
+            "rank": pl.Int32,
+            "step": pl.Int64,
+            "name": pl.String,
+            "step_ns": pl.Int64,
+            "reason": pl.String,
+        },
+        "outside_window": {
+            **_KEY,
+            "before_count": pl.Int64,
+            "before_ns": pl.Int64,
+            "after_count": pl.Int64,
+            "after_ns": pl.Int64,
+        },
+    }
+
+    windows: pl.DataFrame
+    steady: pl.DataFrame
+    warmup: pl.DataFrame
+    excluded: pl.DataFrame
+    outside_window: pl.DataFrame
+    counts: StepCounts
+
+    def __post_init__(self) -> None:
+        check_frames(self, "Metrics.steps", self.SCHEMAS)
 
 
 def span_ns(windows: pl.DataFrame) -> int:

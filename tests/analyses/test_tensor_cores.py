@@ -10,6 +10,7 @@ import pytest
 from tests.builders import cpu_op, kernel, launch, write_trace
 from tests.conftest import REPO, SAMPLES, corpus
 from traceanalyzer.analyses.gpu.tensor_cores import (
+    DEPTHWISE_EVIDENCE,
     EVIDENCE_FP32_OP,
     EVIDENCE_HALF_OP,
     OP_DTYPE,
@@ -229,6 +230,7 @@ def test_summary_follows_the_contract() -> None:
             "device": [0, 0, 0, 0, 0, 1, 1],
             "kernel_class": ["gemm", "gemm", "gemm", "memory_bound", "comm", "copy_cast", "other"],
             "verdict": ["tc", "no", "unknown", "no", "no", "no", "unknown"],
+            "evidence": ["", DEPTHWISE_EVIDENCE, "", "", "", "", ""],
             "clipped_ns": [600, 200, 100, 50, 50, 30, 10],
         },
         schema_overrides={
@@ -248,10 +250,11 @@ def test_summary_follows_the_contract() -> None:
         "share_of_gemm",
         "share_of_kernel",
         "unknown_ns",
+        "no_tc_form_ns",
     ]
     assert out.rows() == [
-        (0, 0, 600, 900, 1000, 600 / 900, 600 / 1000, 100),
-        (1, 1, 0, 0, 40, None, 0.0, 0),
+        (0, 0, 600, 900, 1000, 600 / 900, 600 / 1000, 100, 200),
+        (1, 1, 0, 0, 40, None, 0.0, 0, 0),
     ]
 
 
@@ -320,3 +323,36 @@ def test_fp32_resnet_traces_run_no_gemm_on_tensor_cores(rel: str, simt_family: s
     assert summary["gemm_ns"] > 0
     assert summary["share_of_gemm"] == 0.0
     assert summary["unknown_ns"] == 0
+
+
+_DEPTHWISE = (
+    "void at::native::(anonymous namespace)::conv_depthwise2d_forward_kernel<3, 1, "
+    "c10::BFloat16, int>(int, int)"
+)
+_SGEMM_NAME = "volta_sgemm_128x64_nn"
+_TC_CONV = "sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc"
+
+
+@pytest.mark.parametrize(("off_name", "fires"), [(_DEPTHWISE, False), (_SGEMM_NAME, True)])
+def test_depthwise_convolutions_have_no_tensor_core_form(
+    tmp_path: Path, off_name: str, fires: bool
+) -> None:
+    """A depthwise convolution runs off the Tensor Cores whatever its dtype (one input
+    channel per output channel: no tile to multiply). Its kernels get their own evidence and
+    `no_tc_form_ns`, and TA005 does not ask to move them (an SGEMM in its place does fire)."""
+    from traceanalyzer import api
+    from traceanalyzer.analyses import analyze
+    from traceanalyzer.readers import read
+    from traceanalyzer.rules.examples import launched, step, write_example
+
+    events = [
+        step(1, 100, 20),
+        *launched(105, 110, 300, 1, off_name),
+        *launched(110, 410, 100, 2, _TC_CONV),
+    ]
+    path = write_example(events, tmp_path, "dw")
+    (dev,) = analyze(read(path)).devices.summary.to_dicts()
+    assert dev["gemm_ns"] == 400_000
+    assert dev["no_tc_form_ns"] == (0 if fires else 300_000)
+    rules = [f.rule for f in api.report(path).findings]
+    assert ("TA005" in rules) is fires, rules

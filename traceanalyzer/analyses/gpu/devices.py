@@ -34,7 +34,7 @@ class Devices:
       host_wait_between_steps_ns (gpu/idle.py); comm_ns, overlapped_comm_ns,
       exposed_comm_ns, overlap_share (distributed/overlap.py) and comm_wait_ns (the time
       waiting for other ranks inside collectives); tc_ns, gemm_ns, unknown_ns,
-      share_of_gemm, share_of_kernel (gpu/tensor_cores.py).
+      no_tc_form_ns, share_of_gemm, share_of_kernel (gpu/tensor_cores.py).
 
     Its frame is checked against `SCHEMAS` when it is built.
     """
@@ -67,6 +67,7 @@ class Devices:
             "share_of_gemm": _F64,
             "share_of_kernel": _F64,
             "unknown_ns": _I64,
+            "no_tc_form_ns": _I64,
             "host_wait_share": _F64,
             "sync_share": _F64,
             "launch_overhead_share": _F64,

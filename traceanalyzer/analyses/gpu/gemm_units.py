@@ -17,6 +17,7 @@ from typing import Any
 
 import polars as pl
 
+from traceanalyzer.analyses.gpu.tensor_cores import DEPTHWISE_EVIDENCE
 from traceanalyzer.analyses.timeline.windows import DEVICE_KEY, StepCounts
 
 #: How many kernels per device the summary keeps.
@@ -24,7 +25,8 @@ DEFAULT_TOP_NON_TC = 5
 
 
 def non_tensor_core_gemms(kernels: pl.DataFrame, top_n: int = DEFAULT_TOP_NON_TC) -> pl.DataFrame:
-    """Per (rank, device, name, evidence, op_dtype) of GEMM-class kernels with verdict "no":
+    """Per (rank, device, name, evidence, op_dtype) of GEMM-class kernels with verdict "no"
+    (depthwise convolutions, which have no Tensor Core form, left out):
     count and total_ns (time inside the window); the `top_n` by time per device, most time
     first.
 
@@ -36,6 +38,7 @@ def non_tensor_core_gemms(kernels: pl.DataFrame, top_n: int = DEFAULT_TOP_NON_TC
         .filter(
             (pl.col("kernel_class").cast(pl.String) == "gemm")
             & (pl.col("verdict").cast(pl.String) == "no")
+            & (pl.col("evidence").cast(pl.String) != DEPTHWISE_EVIDENCE)
         )
         .group_by(
             *DEVICE_KEY,
@@ -72,7 +75,9 @@ class TensorCoreImpact:
     - `gemm_ns`, `kernel_ns`, `tc_ns`, `unknown_ns`: the device's GEMM-class kernel time, all
       its kernel time, the GEMM time on the Tensor Cores and the GEMM time no verdict was
       reached for (Metrics.devices);
-    - `non_tc_ns`: the GEMM time judged off the Tensor Cores (never negative);
+    - `non_tc_ns`: the GEMM time judged off the Tensor Cores that could run on them (never
+      negative): depthwise convolutions (`no_tc_form_ns`), which have no Tensor Core form,
+      are left out;
     - `impact_ns`: what running it TC_SPEEDUP times faster saves per steady step (None
       without steps); `ceiling_ns`: `non_tc_ns` per steady step (None without steps).
     """
@@ -108,7 +113,8 @@ def tensor_core_impact(
     for d in devices.iter_rows(named=True):
         rank, device = d["rank"], d["device"]
         gemm, kernel = d["gemm_ns"] or 0, d["kernel_ns"] or 0
-        off = max(0, gemm - (d["tc_ns"] or 0) - (d["unknown_ns"] or 0))
+        # depthwise convolutions have no Tensor Core form: no dtype or shape moves them
+        off = max(0, gemm - (d["tc_ns"] or 0) - (d["unknown_ns"] or 0) - (d["no_tc_form_ns"] or 0))
         share = off / gemm if gemm else 0.0
         saving_2x = savings.get((rank, "gemm_2x"))
         path = critical_steps.filter(pl.col("rank") == rank)["gpu_gemm_ns"].mean()

@@ -96,6 +96,9 @@ class NameRule:
     library_only: bool = False  # only for gemm-class kernels of a GEMM library
 
 
+#: The evidence of depthwise convolution kernels: off the Tensor Cores with no form on them.
+DEPTHWISE_EVIDENCE = "name: depthwise convolution (no Tensor Core form)"
+
 #: Name evidence, in order (first match wins). Applied to gemm- and other-class kernels.
 TC_NAME_RULES: tuple[NameRule, ...] = (
     NameRule(
@@ -137,10 +140,13 @@ TC_NAME_RULES: tuple[NameRule, ...] = (
         "name: hgemm/dgemm/cgemm/gemv (SIMT)",
     ),
     NameRule("scudnn", "no", r"scudnn|hcudnn", "name: scudnn (SIMT)"),
+    # one input channel per output channel: nothing for a Tensor Core tile to multiply (no
+    # dtype or shape change moves them there; TA005 leaves them out)
+    NameRule("depthwise", "no", r"depthwise", DEPTHWISE_EVIDENCE),
     NameRule(
         "conv_simt",
         "no",
-        r"wgrad_alg\d+_engine|dgrad\w*_engine|winograd|fft\d*d_|depthwise",
+        r"wgrad_alg\d+_engine|dgrad\w*_engine|winograd|fft\d*d_",
         "name: legacy cuDNN engine (SIMT)",
     ),
     NameRule(
@@ -426,16 +432,18 @@ def kernel_verdicts(timeline: Timeline) -> pl.LazyFrame:
 def tensor_core_summary(kernels: pl.DataFrame) -> pl.DataFrame:
     """The contract's `tensor_core` block per (rank, device).
 
-    Input: kernel rows with rank, device, kernel_class, verdict and clipped_ns (their time
-    inside the analysis window). Output, sorted by rank and device: tc_ns (time of kernels
-    with verdict "tc", of any class), gemm_ns (time of gemm-class kernels, whatever their
-    verdict), kernel_ns (all kernel time), unknown_ns (gemm-class time with verdict
-    "unknown"), share_of_gemm = tc_ns / gemm_ns (null where gemm_ns is 0) and
+    Input: kernel rows with rank, device, kernel_class, verdict, evidence and clipped_ns
+    (their time inside the analysis window). Output, sorted by rank and device: tc_ns (time
+    of kernels with verdict "tc", of any class), gemm_ns (time of gemm-class kernels,
+    whatever their verdict), kernel_ns (all kernel time), unknown_ns (gemm-class time with
+    verdict "unknown"), no_tc_form_ns (gemm-class time of depthwise convolutions, which have
+    no Tensor Core form), share_of_gemm = tc_ns / gemm_ns (null where gemm_ns is 0) and
     share_of_kernel = tc_ns / kernel_ns (null where kernel_ns is 0).
     """
     ns = pl.col("clipped_ns").cast(pl.Int64)
     gemm = pl.col("kernel_class") == "gemm"
     tc = pl.col("verdict") == "tc"
+    no_form = pl.col("evidence").cast(pl.String) == DEPTHWISE_EVIDENCE
     return (
         kernels.lazy()
         .group_by(DEVICE_KEY)
@@ -444,6 +452,7 @@ def tensor_core_summary(kernels: pl.DataFrame) -> pl.DataFrame:
             gemm_ns=ns.filter(gemm).sum(),
             kernel_ns=ns.sum(),
             unknown_ns=ns.filter(gemm & (pl.col("verdict") == "unknown")).sum(),
+            no_tc_form_ns=ns.filter(gemm & no_form).sum(),
         )
         .with_columns(
             share_of_gemm=share(pl.col("tc_ns"), pl.col("gemm_ns")),
@@ -457,6 +466,7 @@ def tensor_core_summary(kernels: pl.DataFrame) -> pl.DataFrame:
             "share_of_gemm",
             "share_of_kernel",
             "unknown_ns",
+            "no_tc_form_ns",
         )
         .sort(DEVICE_KEY)
         .collect()

@@ -7,7 +7,15 @@ from pathlib import Path
 from typing import Any
 
 from traceanalyzer import api
-from traceanalyzer.rules.examples import Event, cpu_op, launched, step, write_example
+from traceanalyzer.rules.examples import (
+    Event,
+    cpu_op,
+    gpu_op,
+    launch,
+    launched,
+    step,
+    write_example,
+)
 
 CAST = "void at::native::vectorized_elementwise_kernel<8, at::native::bfloat16_copy_kernel_cuda>"
 UPCAST = "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda>"
@@ -63,6 +71,9 @@ def _step(passes: int) -> list[Event]:
         # DDP's bucket copied back into a gradient (2 µs)
         cpu_op(320, 5, "torch.distributed.ddp.reducer::copy_bucket_to_grad"),
         *_cast(321, 91, F32, F32, W, 2),
+        # and one as a device-to-device memcpy (4 µs)
+        launch(324, 0.5, 94, "cudaMemcpyAsync"),
+        gpu_op("gpu_memcpy", 1950, 4, "Memcpy DtoD (Device -> Device)", corr=94),
         # a layout copy (6 µs): other
         cpu_op(330, 5, "aten::clone"),
         *_cast(331, 92, BF16, BF16, X, 6),
@@ -91,8 +102,10 @@ def test_each_source_by_its_operator(tmp_path: Path) -> None:
     # bf16 parameters remove the weight, gradient and activation casts (27 µs) and add a
     # master copy of twice one pass's weight casts (16 µs)
     assert s.master_copy_ns == 16_000 and s.bf16_params_ns == 11_000
-    assert s.logits_ns == 3_000 and s.ddp_bucket_ns == 2_000 and s.other_ns == 6_000
-    assert s.impact_ns == 16_000
+    # DDP's bucket copies: the copy kernel and the memcpy
+    assert s.ddp_memcpy_ns == 4_000 and s.ddp_bucket_ns == 6_000
+    assert s.logits_ns == 3_000 and s.other_ns == 6_000
+    assert s.impact_ns == 20_000
 
 
 def test_gradient_accumulation_repeats_the_casts_not_the_master_copy(tmp_path: Path) -> None:

@@ -49,7 +49,8 @@ class DtypeCasts(Rule):
     casting fp32 weights to 16 bits under `aten::linear`/matmul/convolution and autograd
     casting their gradients back (`ToCopyBackward`); autocast casting fp32 activations into
     those operators; the logits' upcast before the loss (`.float()` or autocast's for
-    `cross_entropy`); DDP's copies of its buckets into the gradients; other. The finding is a
+    `cross_entropy`); DDP's copies of its buckets into the gradients (with the memcpys DDP
+    launches for them); other. The finding is a
     warning where the named fixes save at least `min_saving_share` of the step, else info.
 
     ## Why it matters
@@ -84,7 +85,9 @@ class DtypeCasts(Rule):
     (worst device) scaled by the share of copy/cast time on the critical path: autocast's
     weight, weight-gradient and activation casts, less the fp32 master copy the fix adds
     (estimated as twice one forward pass's weight casts per optimizer step; none in
-    inference); the logits' upcast and its gradient's cast back; DDP's bucket copies. It is a
+    inference); the logits' upcast and its gradient's cast back; DDP's bucket copies (copy
+    kernels, and the device-to-device memcpys launched in `reducer::copy_bucket_to_grad`,
+    which are no cast kernels: their time is added to the ceiling, unscaled). It is a
     lower bound for bf16 parameters: they also halve the traffic of activations autocast
     leaves in fp32 (norms, residual adds), which is not counted (on a recorded GPT the
     measured saving was about twice the price). The copy/cast time on the critical path is
@@ -159,6 +162,7 @@ class DtypeCasts(Rule):
                     "ddp_bucket_view": s.ddp_bucket_ns,
                 },
                 "master_copy_ns": s.master_copy_ns,
+                "ddp_bucket_memcpy_ns": s.ddp_memcpy_ns,
                 "forward_passes_per_step": s.pass_count,
                 "path_share": s.path_share,
                 "threshold_saving_share": t.min_saving_share,
@@ -166,7 +170,8 @@ class DtypeCasts(Rule):
             None,
             named,
             _named_advice(s, fixes, half) if warn else _advice(ctx),
-            ceiling_ns=c.ceiling_ns,
+            # DDP's bucket memcpys are priced too, beside the cast kernels
+            ceiling_ns=None if c.ceiling_ns is None else c.ceiling_ns + s.ddp_memcpy_ns,
             severity=None if warn else Severity.INFO,
         )
 

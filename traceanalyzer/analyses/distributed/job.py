@@ -237,7 +237,11 @@ def _merge(
         overlap_model=collectives.overlap_impact(dev, per_device_comm, split, savings, counts),
         cast_model=cast_model,
         cast_sources=casts.CastSources.of(
-            _concat(parts, "cast_sources"), _concat(parts, "cast_passes"), cast_model, counts
+            _concat(parts, "cast_sources"),
+            _concat(parts, "cast_passes"),
+            cast_model,
+            counts,
+            _concat(parts, "ddp_copies"),
         ),
         startup_model=startup.per_device(dev, once, once_idle),
     )

@@ -272,6 +272,55 @@ def cast_passes(classified: pl.LazyFrame) -> pl.DataFrame:
     )
 
 
+def ddp_bucket_copies(
+    timeline: Timeline, linked: pl.DataFrame, *, by_steps: bool = True
+) -> pl.DataFrame:
+    """rank, device, copies, copy_ns: the copies (memcpys) launched inside DDP's
+    `reducer::copy_bucket_to_grad` ranges in the steady steps: each reduced bucket copied back
+    into the gradients, a device-to-device memcpy per parameter, which
+    `gradient_as_bucket_view=True` removes. `linked`: the GPU work with its launches and steps
+    (windows.linked_work); `by_steps`: whether step markers define the windows (else every
+    copy counts: the window is the trace)."""
+    ranges = (
+        timeline.events.lazy()
+        .filter((pl.col("kind") == Kind.CPU_OP.value) & (pl.col("name") == DDP_BUCKET_RANGE))
+        .select("rank", "tid", r_start="start_ns", r_end="end_ns")
+        .sort("r_start")
+    )
+    copies = (
+        linked.lazy()
+        .filter(
+            (pl.col("kind") == Kind.MEMCPY.value)
+            & pl.col("launch_ns").is_not_null()
+            & (pl.col("step").is_not_null() | (not by_steps))
+        )
+        .select(
+            "rank",
+            "device",
+            "launch_tid",
+            "launch_ns",
+            dur=pl.col("end_ns") - pl.col("start_ns"),
+        )
+        .sort("launch_ns")
+    )
+    return (
+        copies.join_asof(
+            ranges,
+            left_on="launch_ns",
+            right_on="r_start",
+            by_left=["rank", "launch_tid"],
+            by_right=["rank", "tid"],
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .filter(pl.col("launch_ns") <= pl.col("r_end"))
+        .group_by("rank", "device")
+        .agg(copies=pl.len().cast(pl.Int64), copy_ns=pl.col("dur").sum().cast(pl.Int64))
+        .sort("rank", "device")
+        .collect()
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class CastSources:
     """Where the copy/cast kernels come from, and what each named fix removes per steady step
@@ -300,7 +349,9 @@ class CastSources:
       `weights_ns + activations_ns - master_copy_ns`, never below 0;
     - `logits_ns`: the logits' upcast before the loss and its gradient's cast back;
     - `ddp_bucket_ns`: DDP's copies of the buckets into the gradients
-      (`gradient_as_bucket_view=True` removes them);
+      (`gradient_as_bucket_view=True` removes them): copy kernels scaled as the others, plus
+      `ddp_memcpy_ns`, the device-to-device memcpys of `ddp_bucket_copies` per step (not cast
+      kernels; unscaled);
     - `impact_ns`: the three fixes together; `other_ns`: the copy/cast time per step that no
       named fix removes.
     """
@@ -325,6 +376,7 @@ class CastSources:
     pass_count: int | None = None
     training: bool = False
     by_source: Mapping[str, int] = field(default_factory=dict)
+    ddp_memcpy_ns: int = 0
     weights_ns: int | None = None
     activations_ns: int | None = None
     master_copy_ns: int | None = None
@@ -339,10 +391,20 @@ class CastSources:
 
     @classmethod
     def of(
-        cls, sources: pl.DataFrame, passes: pl.DataFrame, model: CastImpact, counts: StepCounts
+        cls,
+        sources: pl.DataFrame,
+        passes: pl.DataFrame,
+        model: CastImpact,
+        counts: StepCounts,
+        ddp_copies: pl.DataFrame | None = None,
     ) -> CastSources:
         """The job's CastSources from the ranks' `cast_sources` and `cast_passes` rows, the
-        copy/cast impact model (for the critical path's share) and the step counts."""
+        copy/cast impact model (for the critical path's share), the step counts and the
+        ranks' `ddp_bucket_copies`."""
+        memcpy: dict[tuple[int, int], int] = {}
+        if ddp_copies is not None:
+            for rank, device, ns in ddp_copies.select("rank", "device", "copy_ns").iter_rows():
+                memcpy[(rank, device)] = counts.per_step(ns, rank, device) or 0
         per_step = [  # a few rows: one per device and source
             counts.per_step(ns, rank, device)
             for rank, device, ns in sources.select("rank", "device", "kernel_ns").iter_rows()
@@ -370,7 +432,15 @@ class CastSources:
             def price(ns: int) -> int | None:
                 return None if share is None else round(ns * share)
 
-            named = [price(saved), price(per["logits_upcast"]), price(per["ddp_bucket_copy"])]
+            # DDP's memcpys are not cast kernels: their time, unscaled (they follow the last
+            # all-reduce, on the step's path)
+            ddp_memcpy = memcpy.get((int(rank), int(device)), 0)
+            ddp = price(per["ddp_bucket_copy"])
+            named = [
+                price(saved),
+                price(per["logits_upcast"]),
+                None if ddp is None else ddp + ddp_memcpy,
+            ]
             total = None if share is None else sum(n or 0 for n in named)
             cand = cls(
                 sources=sources,
@@ -381,6 +451,7 @@ class CastSources:
                 pass_count=k,
                 training=per["weight_grad_cast"] > 0,
                 by_source=per,
+                ddp_memcpy_ns=ddp_memcpy,
                 weights_ns=price(weights),
                 activations_ns=price(per["activation_cast"]),
                 master_copy_ns=price(master),

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from traceanalyzer.analyses.critical_path import critical_path
-from traceanalyzer.analyses.gpu import devices, fusion, idle, kernels, memory
+from traceanalyzer.analyses.gpu import casts, devices, fusion, idle, kernels, memory
 from traceanalyzer.analyses.host import host_phases
 from traceanalyzer.analyses.timeline import startup, steady, windows
 from traceanalyzer.analyses.timeline.frames import SchemaDriftError, check_schema
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from traceanalyzer.analyses.distributed.collectives import CollectiveSplit, OverlapImpact
     from traceanalyzer.analyses.distributed.imbalance import RankBalance
     from traceanalyzer.analyses.facts import RunFacts
+    from traceanalyzer.analyses.gpu.casts import CastSources
     from traceanalyzer.analyses.gpu.copies import PageableImpact
     from traceanalyzer.analyses.gpu.devices import Devices
     from traceanalyzer.analyses.gpu.flops import Flops
@@ -133,6 +134,7 @@ FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
     **{f"critical_path.{k}": dict(v) for k, v in critical_path.CriticalPath.SCHEMAS.items()},
     **{f"memory.{k}": dict(v) for k, v in memory.Memory.SCHEMAS.items()},
     **{f"host_phases.{k}": dict(v) for k, v in host_phases.HostPhases.SCHEMAS.items()},
+    **{f"cast_sources.{k}": dict(v) for k, v in casts.CastSources.SCHEMAS.items()},
 }
 #: Columns a frame carries only where the trace has them (`<field>.<frame>` for a typed
 #: result's, from its `OPTIONAL`).
@@ -211,7 +213,8 @@ class Metrics:
       what padding its misaligned matmul shapes saves (shapes.shape_impact);
       `overlap_model`: per device, what overlapping its exposed communication with compute
       saves (collectives.overlap_impact); `cast_model`: what cutting the copy and cast
-      kernels saves (kernels.cast_impact).
+      kernels saves (kernels.cast_impact); `cast_sources`: where they come from and what
+      each named fix removes (analyses/gpu/casts.py: casts.CastSources).
     - `startup_model`: per device, its window, its one-time work, the GPU idle under it and
       the calls that name it (startup.per_device).
     """
@@ -249,6 +252,7 @@ class Metrics:
     shape_model: tuple[ShapeImpact, ...]
     overlap_model: tuple[OverlapImpact, ...]
     cast_model: CastImpact
+    cast_sources: CastSources
     startup_model: tuple[DeviceStartup, ...]
 
     def __post_init__(self) -> None:

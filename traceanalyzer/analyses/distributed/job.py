@@ -19,6 +19,7 @@ from traceanalyzer.analyses.critical_path import critical_path
 from traceanalyzer.analyses.distributed import collectives, imbalance, overlap
 from traceanalyzer.analyses.distributed.rank import Flagged, Options, RankPart
 from traceanalyzer.analyses.gpu import (
+    casts,
     copies,
     devices,
     flops,
@@ -165,6 +166,7 @@ def _merge(
     top_kernels = kernels.top_of(_concat(parts, "kernel_names"), opts.top_n)
     kernel_classes = kernels.classes_of(_concat(parts, "kernel_classes"))
     sync_sites = idle.sync_sites_summary(sync_calls, _concat(parts, "steps_per_rank"))
+    cast_model = kernels.cast_impact(kernel_classes, top_kernels, paths.steps, counts)
     return Metrics(
         basis="steps" if by_steps else "trace",
         steps=windows.Steps(
@@ -236,7 +238,14 @@ def _merge(
         tensor_core_model=gemm_units.tensor_core_impact(dev, paths.steps, savings, counts),
         shape_model=shapes.shape_impact(matmuls, dev, infos, counts),
         overlap_model=collectives.overlap_impact(dev, per_device_comm, split, savings, counts),
-        cast_model=kernels.cast_impact(kernel_classes, top_kernels, paths.steps, counts),
+        cast_model=cast_model,
+        cast_sources=casts.CastSources.of(
+            _concat(parts, "cast_sources"),
+            _concat(parts, "cast_passes"),
+            cast_model,
+            counts,
+            _concat(parts, "ddp_copies"),
+        ),
         startup_model=startup.per_device(dev, once, once_idle),
     )
 

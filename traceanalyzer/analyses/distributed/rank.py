@@ -28,6 +28,7 @@ from traceanalyzer.analyses.distributed import collectives, imbalance, overlap
 from traceanalyzer.analyses.gpu import (
     attention,
     bandwidth,
+    casts,
     classify,
     copies,
     devices,
@@ -330,6 +331,8 @@ def _reduce(
             "host_blocked": lambda: imbalance.host_blocked(w.linked, w.syncs, _host_ranges(w)),
             "phases": phases,
             "op_flops": lambda: flops.op_flops(timeline, in_windows),
+            "casts": lambda: _casts(timeline, in_windows),
+            "ddp_copies": lambda: casts.ddp_bucket_copies(timeline, w.linked, by_steps=w.by_steps),
             "attention": lambda: attention.unfused_attention(timeline, in_windows),
             "memory_model": lambda: fusion.memory_bound_model(timeline, in_windows, gpus),
             "startup": one_time,
@@ -366,6 +369,9 @@ def _reduce(
         "host_phases": done["phases"][0],
         "kernel_phases": done["phases"][1],
         "op_flops": done["op_flops"],
+        "cast_sources": done["casts"][0],
+        "cast_passes": done["casts"][1],
+        "ddp_copies": done["ddp_copies"],
         "attention": done["attention"],
         "memory_model": done["memory_model"][0],
         "fusion_patterns": done["memory_model"][1],
@@ -425,6 +431,12 @@ def _timed(name: str, task: Callable[[], Any]) -> Any:
 
 #: The most analyses of one rank run at once (each holds its own intermediate frames).
 ANALYSIS_THREADS = 8
+
+
+def _casts(timeline: Timeline, in_windows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The copy/cast kernels by source, and the weight-casting passes per step."""
+    classified = casts.classified_casts(timeline, in_windows).collect().lazy()
+    return casts.cast_sources(classified), casts.cast_passes(classified)
 
 
 def _host_ranges(w: Windowed) -> pl.LazyFrame:

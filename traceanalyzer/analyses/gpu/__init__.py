@@ -16,6 +16,7 @@ public results:
 - `devices.Devices` (Metrics.devices), from `devices.device_summary` /
   `devices.step_summary`: busy and idle time per device and step;
 - `idle.SyncImpact` / `idle.SyncSites` and the idle gaps by cause;
-- `copies.PageableImpact` and the memcpy summary; `memory.Memory` (step peaks, growth and
+- `copies.PageableImpact` and the memcpy summary; `casts.CastSources`: where copy/cast
+  kernels come from and what each named fix removes; `memory.Memory` (step peaks, growth and
   `memory.MemoryRunway`).
 """

@@ -42,6 +42,12 @@ Scenarios (H100 SXM dense peaks used for ratios: bf16 989, fp8 1979, tf32 494.5 
                    HF-style stop check per token (`bool((next == eos).all())`: one host sync
                    per token; eos never produced). One ProfilerStep = one generation;
                    `record_function("prefill")` and `record_function("decode_token")` inside
+  conv_train       a net of convolutions only (strided 7x7 stem, 3x3, dilated depthwise,
+                   1x1, strided grouped, strided transposed), batch 32 x 3 x 224 x 224,
+                   bf16 autocast, SGD; its FLOPs per step counted by FlopCounterMode;
+                   both memory layouts timed in the process, NCHW profiled
+  conv_train_channels_last
+                   the same in channels_last (weights and inputs), profiled
 
 ISSUE26_DRY=1 runs tiny sizes on the CPU (to check the script without a GPU).
 """
@@ -762,6 +768,129 @@ def decode(out: str) -> dict:
 
 # ---------------------------------------------------------------- main
 
+# ---------------------------------------------------------------- convolutions
+
+
+class ConvNet(nn.Module):
+    """Convolutions of every kind the FLOPs formulas tell apart: a strided 7x7 stem with
+    padding, a 3x3, a dilated depthwise 3x3 (groups = channels), a 1x1, a strided grouped 3x3
+    (groups 4) and a strided transposed 4x4; no linear layers (the step's FLOPs are the
+    convolutions')."""
+
+    def __init__(self, c: int = 64) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, c, 7, stride=2, padding=3, bias=False)
+        self.conv = nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.depthwise = nn.Conv2d(c, c, 3, padding=2, dilation=2, groups=c, bias=False)
+        self.pointwise = nn.Conv2d(c, 2 * c, 1, bias=False)
+        self.grouped = nn.Conv2d(2 * c, 2 * c, 3, stride=2, padding=1, groups=4, bias=False)
+        self.up = nn.ConvTranspose2d(2 * c, c, 4, stride=2, padding=1, bias=False)
+        self.head = nn.Conv2d(c, 16, 1, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.relu(self.stem(x))
+        x = F.relu(self.conv(x))
+        x = F.relu(self.depthwise(x))
+        x = F.relu(self.pointwise(x))
+        x = F.relu(self.grouped(x))
+        x = F.relu(self.up(x))
+        return self.head(x)
+
+
+def _conv_step(layout: torch.memory_format) -> tuple[Callable[[], None], Callable[[], None]]:
+    """(forward + backward, whole training step) of a fresh `ConvNet` (seed 0) whose weights
+    and inputs are in `layout`."""
+    batch, size = (32, 224) if not DRY else (2, 32)
+    seed_all(0)
+    model = ConvNet().to(DEV).to(memory_format=layout)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    xs = [
+        torch.randn(batch, 3, size, size, device=DEV).contiguous(memory_format=layout)
+        for _ in range(4)
+    ]
+    target = torch.randn(batch, 16, size // 2, size // 2, device=DEV)
+    calls = [0]
+
+    def fwd_bwd() -> None:
+        x = xs[calls[0] % len(xs)]
+        calls[0] += 1
+        with torch.autocast(DEV, dtype=torch.bfloat16, enabled=not DRY):
+            y = model(x)
+        loss = F.mse_loss(y.float(), target)
+        loss.backward()
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        fwd_bwd()
+        opt.step()
+
+    return fwd_bwd, step
+
+
+def conv_train(out: str, layout_name: str = "nchw") -> dict:
+    """Training steps of `ConvNet` (batch 32 of 3 x 224 x 224, bf16 autocast, fp32 weights,
+    MSE loss, SGD): the FLOPs of one forward and backward counted by
+    `torch.utils.flop_counter.FlopCounterMode` (its formulas, independent of ours: the
+    convolutions' forward and each gradient the backward computes), then the steps timed
+    without the profiler in both memory layouts (NCHW, the default, and channels_last: the
+    fix of cuDNN's layout transposes), then the one of `layout_name` profiled with shapes."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    batch, size = (32, 224) if not DRY else (2, 32)
+    layouts = {"nchw": torch.contiguous_format, "channels_last": torch.channels_last}
+    timed = {}
+    for name, layout in layouts.items():
+        _, other = _conv_step(layout)
+        timed[name] = time_steps(other)
+    fwd_bwd, step = _conv_step(layouts[layout_name])
+    step()  # cuDNN's first choices before counting
+    with FlopCounterMode(display=False) as counter:
+        fwd_bwd()
+    by_op = {str(k): int(v) for k, v in counter.get_flop_counts().get("Global", {}).items()}
+    total = int(counter.get_total_flops())
+    cfg = {
+        "batch": batch,
+        "input": [3, size, size],
+        "layers": [
+            "Conv2d(3, 64, 7, stride=2, padding=3)",
+            "Conv2d(64, 64, 3, padding=1)",
+            "Conv2d(64, 64, 3, padding=2, dilation=2, groups=64)",
+            "Conv2d(64, 128, 1)",
+            "Conv2d(128, 128, 3, stride=2, padding=1, groups=4)",
+            "ConvTranspose2d(128, 64, 4, stride=2, padding=1)",
+            "Conv2d(64, 16, 1)",
+        ],
+        "precision": "bf16 autocast, fp32 weights",
+        "optimizer": "SGD",
+        "memory_format": layout_name,
+    }
+    counts = {
+        "flops_per_step_flop_counter": total,
+        "flops_by_op_flop_counter": by_op,
+        "flop_counter": "torch.utils.flop_counter.FlopCounterMode over one forward + backward",
+    }
+    unprof = time_steps(step)
+    tr = profile_steps(step, out)
+    ms = unprof["step_ms_mean"]
+    saving = timed["nchw"]["step_ms_mean"] - timed["channels_last"]["step_ms_mean"]
+    derived = {
+        "achieved_tflops_unprofiled": round(total / (ms * 1e-3) / 1e12, 2) if ms else None,
+        "mfu_bf16_unprofiled": round(total / (ms * 1e-3) / 1e12 / PEAK_TFLOPS["bf16"], 4)
+        if ms
+        else None,
+        "channels_last_saving_ms": round(saving, 3),
+    }
+    print(f"  conv_train: {total / 1e9:.1f} GFLOP/step, {ms:.2f} ms, {derived}", flush=True)
+    return {
+        "config": cfg,
+        "counts": counts,
+        "unprofiled": unprof,
+        "unprofiled_by_layout": timed,
+        "derived": derived,
+        "trace": tr,
+    }
+
+
 SCENARIOS: dict[str, Callable[[str], dict]] = {
     "gemm_loop_bf16": lambda o: gemm_loop("bf16", o),
     "gemm_loop_fp8": lambda o: gemm_loop("fp8", o),
@@ -774,6 +903,8 @@ SCENARIOS: dict[str, Callable[[str], dict]] = {
     "optimizer_unfused": lambda o: optimizer("unfused", o),
     "optimizer_fused": lambda o: optimizer("fused", o),
     "decode_greedy_b1": decode,
+    "conv_train": conv_train,
+    "conv_train_channels_last": lambda o: conv_train(o, "channels_last"),
 }
 
 

@@ -18,8 +18,8 @@ class GpuStarvation(Rule):
     Idle time inside the analysed window whose cause is `host_wait`: the work that ended
     each gap was launched only after the gap began, and the gap was longer than launch
     overhead. Idle under one-time host work (initialisation, a first launch that loads a
-    library, compilation: analyses/startup.py) is start-up, not the loop's: it is left out
-    here and named by TA012. Waits that end at a step's first GPU operation are counted
+    library, compilation: analyses/timeline/startup.py) is start-up, not the loop's: it is
+    left out here and named by TA012. Waits that end at a step's first GPU operation are counted
     apart: they point at what happens between steps (the input pipeline, logging,
     checkpointing); the rest happen inside steps (CPU-side work between launches). On a
     device whose kernels average under 10 µs and whose waits inside steps average at most
@@ -38,9 +38,9 @@ class GpuStarvation(Rule):
     tensor work in the loop, fewer host round trips.
 
     Where the host waits inside steps, the finding splits the host's step by phase (data
-    loading, forward, backward, optimizer.step, outside operators: analyses/host_phases.py)
-    and advises on the phase that holds most of it (a fused or compiled optimizer step, a
-    compiled model, FSDP units).
+    loading, forward, backward, optimizer.step, outside operators:
+    analyses/host/host_phases.py) and advises on the phase that holds most of it (a fused or
+    compiled optimizer step, a compiled model, FSDP units).
 
     ## Known false positives
     Deliberate pauses (evaluation, checkpointing) inside the window, and profiler overhead:

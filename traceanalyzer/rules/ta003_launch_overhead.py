@@ -41,7 +41,7 @@ class LaunchOverhead(Rule):
     does more work. Move per-element Python loops into tensor operations.
 
     Where at least 30 % of the rank's tiny kernels are launched inside `optimizer.step`
-    (analyses/host_phases.py attributes each kernel to the phase of the host step that
+    (analyses/host/host_phases.py attributes each kernel to the phase of the host step that
     launched it), the optimizer's per-parameter loop is named and the advice is a fused
     optimizer.
 

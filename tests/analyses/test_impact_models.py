@@ -6,6 +6,7 @@ restate each model's docs one row at a time, in plain Python."""
 
 from __future__ import annotations
 
+import statistics
 from functools import cache
 from pathlib import Path
 
@@ -360,3 +361,118 @@ def test_fewer_rows_against_a_loop() -> None:
     few = sum(s["kernel_ns"] for s in rows if s["m"] < 8)
     assert fewer_rows_ns(m.matmul_shapes, 8) == (few, sum(s["kernel_ns"] for s in rows))
     assert few > sum(s["kernel_ns"] for s in rows) / 2
+
+
+def _host_bound_inputs(m: Metrics) -> tuple[bool, dict[int, float]]:
+    """Whether the run replays CUDA graphs (a graph launch among its host calls), and each
+    rank's mean saving per sampled step with host time closed."""
+    graphs = any("GraphLaunch" in n for n in m.facts.host)
+    what_if = m.critical_path.what_if.to_dicts()
+    return graphs, _mean_by_rank(what_if, "saved_ns", scenario="host_gaps_closed")
+
+
+def _launch_bound(d: dict, graphs: bool) -> bool:
+    """Kernels averaging under 10 µs over at least 100, and waits inside steps of at most
+    100 µs per kernel (not in a run that replays CUDA graphs)."""
+    count, inside = d["kernel_count"], d["host_wait_ns"] - d["host_wait_between_steps_ns"]
+    return (
+        not graphs
+        and count >= 100
+        and d["kernel_ns"] < 10_000 * count
+        and inside <= 100_000 * count
+    )
+
+
+def _capped(saving: float | None, per_step: int | None) -> int | None:
+    if saving is None:
+        return per_step
+    return round(saving) if per_step is None else min(round(saving), per_step)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "slow_loader.json.gz",
+        "cpu_preprocess_inside.json.gz",
+        "launch_bound_train.json.gz",
+        "startup_steps.json.gz",
+        "cuda_graphs.json.gz",
+    ],
+)
+def test_host_wait_model_against_a_loop(name: str) -> None:
+    """TA001's model: the host-wait idle less start-up (only the waits between steps where
+    the device is launch-bound), priced at the critical path's host_gaps_closed saving, no
+    more than that wait per step."""
+    m = _metrics(name)
+    graphs, saved = _host_bound_inputs(m)
+    once = {(s.rank, s.device): s.idle_ns for s in m.startup_model}
+    got = list(m.host_wait_model)
+    assert len(got) == m.devices.summary.height
+    waited = False
+    for model, d in zip(got, m.devices.rows(), strict=True):
+        rank, device = d["rank"], d["device"]
+        assert (model.rank, model.device) == (rank, device)
+        bound = _launch_bound(d, graphs)
+        wait = d["host_wait_between_steps_ns"] if bound else d["host_wait_ns"]
+        startup = min(wait, once.get((rank, device), 0))
+        wait -= startup
+        between = min(d["host_wait_between_steps_ns"], wait)
+        phases: dict[str, list[int]] = {}
+        for s in m.host_phases.steps.iter_rows(named=True):
+            if s["rank"] == rank:
+                for p in ("data_loading", "optimizer", "backward", "forward", "other"):
+                    phases.setdefault(p, []).append(s[f"{p}_ns"])
+        assert model.launch_bound == bound
+        assert (model.host_wait_ns, model.startup_idle_ns) == (wait, startup)
+        assert (model.between_steps_ns, model.inside_steps_ns) == (between, wait - between)
+        assert model.host_wait_share == (wait / d["window_ns"] if d["window_ns"] else None)
+        assert model.phases == (
+            {p: round(statistics.median(v)) for p, v in phases.items()} if phases else None
+        )
+        per_step = _per_device_step(m, wait, rank, device)
+        assert model.impact_ns == _capped(saved.get(rank), per_step)
+        idle = max(0, d["idle_ns"] - once.get((rank, device), 0))
+        assert model.ceiling_ns == _per_device_step(m, idle, rank, device)
+        waited |= wait > 0
+    assert waited or graphs  # cuda_graphs: replayed, GPU-dense
+
+
+@pytest.mark.parametrize(
+    "name", ["launch_bound_train.json.gz", "compiled.json.gz", "cuda_graphs.json.gz"]
+)
+def test_launch_model_against_a_loop(name: str) -> None:
+    """TA003's model: the short launch gaps plus, where the device is launch-bound, its waits
+    inside steps, priced at the critical path's host_gaps_closed saving, no more than those
+    waits per step; the optimizer's share of it where the rank's tiny kernels come from
+    optimizer.step."""
+    m = _metrics(name)
+    graphs, saved = _host_bound_inputs(m)
+    assert graphs == (name == "cuda_graphs.json.gz")
+    got = list(m.launch_model)
+    assert len(got) == m.devices.summary.height
+    for model, d in zip(got, m.devices.rows(), strict=True):
+        rank, device = d["rank"], d["device"]
+        assert (model.rank, model.device) == (rank, device)
+        inside = 0
+        if _launch_bound(d, graphs):
+            inside = d["host_wait_ns"] - d["host_wait_between_steps_ns"]
+        launch = d["launch_overhead_ns"] + inside
+        tiny = optimizer = 0
+        for k in m.host_phases.kernels.iter_rows(named=True):
+            if k["rank"] == rank:
+                tiny += k["tiny"]
+                optimizer += k["tiny"] if k["phase"] == "optimizer" else 0
+        share = optimizer / tiny if tiny else None
+        impact = _capped(saved.get(rank), _per_device_step(m, launch, rank, device))
+        assert (model.short_gap_ns, model.inside_steps_ns) == (d["launch_overhead_ns"], inside)
+        assert model.launch_overhead_ns == launch
+        assert model.launch_overhead_share == (launch / d["window_ns"] if d["window_ns"] else None)
+        assert model.mean_kernel_ns == d["kernel_ns"] // d["kernel_count"]
+        assert model.optimizer_share == share
+        assert model.impact_ns == impact
+        assert model.optimizer_impact_ns == (
+            None if impact is None or share is None else round(impact * share)
+        )
+        assert model.ceiling_ns == _per_device_step(m, d["idle_ns"], rank, device)
+    if name == "launch_bound_train.json.gz":  # launch-bound: its waits inside steps count
+        assert got[0].inside_steps_ns > 0 and (got[0].optimizer_share or 0) > 0.3

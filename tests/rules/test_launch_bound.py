@@ -1,6 +1,6 @@
 """Kernels shorter than a launch: the host's waits between them are launch overhead (TA003),
 whatever the length of each, not starvation (TA001); longer kernels, or waits longer than
-issuing an operator takes, stay TA001's (rules.base.launch_bound)."""
+issuing an operator takes, stay TA001's (analyses/host/host_bound.launch_bound)."""
 
 from __future__ import annotations
 

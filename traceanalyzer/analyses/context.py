@@ -77,6 +77,12 @@ def _any(pattern: re.Pattern[str], names: frozenset[str]) -> bool:
     return any(pattern.search(n) for n in names)
 
 
+def replays_graphs(found: RunFacts) -> bool:
+    """Whether the run replays CUDA (or HIP) graphs: a graph launch among its host calls
+    (the run context's `cuda_graphs`)."""
+    return _any(GRAPH_LAUNCH, found.host)
+
+
 def facts(timeline: Timeline) -> RunFacts:
     """The run facts of `timeline` (names matched later, once per distinct name)."""
     has = (
@@ -122,7 +128,7 @@ def decide(found: RunFacts, meta: TraceMeta, metrics: Metrics) -> dict[str, Any]
     compiled: bool | str = _any(COMPILE_HOST, host) or _any(COMPILE_KERNEL, kernels)
     if compiled and _compiled_share(found) < COMPILED_SHARE:
         compiled = "partial"  # a compiled region or two; most of the model runs eagerly
-    graphs = _any(GRAPH_LAUNCH, host)
+    graphs = replays_graphs(found)
     fused = _any(FUSED_OPT, host) or _any(FUSED_OPT, kernels)
     optimizer = _any(OPTIMIZER, host)
     loader: int | bool | None = None

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from traceanalyzer.analyses.gpu.kernels import CastImpact, Kernels
     from traceanalyzer.analyses.gpu.memory import Memory
     from traceanalyzer.analyses.gpu.shapes import ShapeImpact
+    from traceanalyzer.analyses.host.host_bound import HostWaitImpact, LaunchImpact
     from traceanalyzer.analyses.host.host_phases import HostPhases
     from traceanalyzer.analyses.timeline.startup import DeviceStartup
     from traceanalyzer.analyses.timeline.windows import Steps
@@ -214,7 +215,10 @@ class Metrics:
       `overlap_model`: per device, what overlapping its exposed communication with compute
       saves (collectives.overlap_impact); `cast_model`: what cutting the copy and cast
       kernels saves (kernels.cast_impact); `cast_sources`: where they come from and what
-      each named fix removes (analyses/gpu/casts.py: casts.CastSources).
+      each named fix removes (analyses/gpu/casts.py: casts.CastSources); `host_wait_model`:
+      per device, what feeding the GPU faster saves (host_bound.host_wait_impact);
+      `launch_model`: per device, what launching fewer kernels saves
+      (host_bound.launch_impact).
     - `startup_model`: per device, its window, its one-time work, the GPU idle under it and
       the calls that name it (startup.per_device).
     """
@@ -253,6 +257,8 @@ class Metrics:
     overlap_model: tuple[OverlapImpact, ...]
     cast_model: CastImpact
     cast_sources: CastSources
+    host_wait_model: tuple[HostWaitImpact, ...]
+    launch_model: tuple[LaunchImpact, ...]
     startup_model: tuple[DeviceStartup, ...]
 
     def __post_init__(self) -> None:

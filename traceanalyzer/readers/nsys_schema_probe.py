@@ -29,7 +29,6 @@ SYNC = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
 NVTX = "NVTX_EVENTS"
 #: Graph replays recorded whole (nsys's default `--cuda-graph-trace=graph`).
 GRAPH = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
-GPU_TABLES = (KERNEL, MEMCPY, MEMSET)
 
 #: The export-metadata table, by its names over time (2023.2 and older, then 2023.3 on).
 META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")

@@ -305,35 +305,3 @@ class Rule:
     def threshold_fields(cls) -> list[dataclasses.Field[Any]]:
         """The tunable thresholds."""
         return list(dataclasses.fields(cls.Thresholds))
-
-
-#: A device whose kernels average less than this runs them faster than a launch costs the
-#: host (5-10 µs; an eager operator 10-50 µs: field notes), over at least TINY_KERNEL_COUNT
-#: kernels (nsys-ai flags an average under 10 µs over 100 launches).
-TINY_KERNEL_MEAN_NS = 10_000
-TINY_KERNEL_COUNT = 100
-#: ... and its waits for the host inside steps are the operators' own host cost where they
-#: average at most this per kernel (an eager operator's 10-50 µs, up to twice that with the
-#: profiler's overhead); more, and the host did other work between its launches.
-HOST_WAIT_PER_KERNEL_MAX_NS = 100_000
-
-
-def launch_bound(ctx: Context, device: dict[str, Any]) -> bool:
-    """Whether a device's kernels are too short to keep it fed one launch at a time, and its
-    waits for the host inside steps no longer than issuing each operator takes (a row of
-    `Context.devices`). Those waits are then the per-operator host cost of each launch,
-    whatever the length of each: launch overhead (TA003), not the host doing other work
-    (TA001); waits between steps stay TA001's. Not where the run replays CUDA graphs: a
-    replayed kernel costs no launch, and the waits between replays are the host's own work."""
-    count = device["kernel_count"]
-    return bool(
-        not ctx.uses("cuda_graphs")
-        and count >= TINY_KERNEL_COUNT
-        and device["kernel_ns"] < TINY_KERNEL_MEAN_NS * count
-        and host_wait_inside_steps(device) <= HOST_WAIT_PER_KERNEL_MAX_NS * count
-    )
-
-
-def host_wait_inside_steps(device: dict[str, Any]) -> int:
-    """A device's host-wait idle inside steps (all of it without steps)."""
-    return int(device["host_wait_ns"] - device["host_wait_between_steps_ns"])

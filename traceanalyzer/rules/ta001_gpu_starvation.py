@@ -6,9 +6,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from traceanalyzer.analyses.host.host_phases import host_phase_medians
 from traceanalyzer.rules import advice as advise
-from traceanalyzer.rules.base import Context, Finding, Rule, Scope, Severity, launch_bound
+from traceanalyzer.rules.base import Context, Finding, Rule, Scope, Severity
 from traceanalyzer.rules.examples import Event, launched, step
 
 
@@ -19,8 +18,8 @@ class GpuStarvation(Rule):
     Idle time inside the analysed window whose cause is `host_wait`: the work that ended
     each gap was launched only after the gap began, and the gap was longer than launch
     overhead. Idle under one-time host work (initialisation, a first launch that loads a
-    library, compilation: analyses/startup.py) is start-up, not the loop's: it is left out
-    here and named by TA012. Waits that end at a step's first GPU operation are counted
+    library, compilation: analyses/timeline/startup.py) is start-up, not the loop's: it is
+    left out here and named by TA012. Waits that end at a step's first GPU operation are counted
     apart: they point at what happens between steps (the input pipeline, logging,
     checkpointing); the rest happen inside steps (CPU-side work between launches). On a
     device whose kernels average under 10 µs and whose waits inside steps average at most
@@ -39,9 +38,9 @@ class GpuStarvation(Rule):
     tensor work in the loop, fewer host round trips.
 
     Where the host waits inside steps, the finding splits the host's step by phase (data
-    loading, forward, backward, optimizer.step, outside operators: analyses/host_phases.py)
-    and advises on the phase that holds most of it (a fused or compiled optimizer step, a
-    compiled model, FSDP units).
+    loading, forward, backward, optimizer.step, outside operators:
+    analyses/host/host_phases.py) and advises on the phase that holds most of it (a fused or
+    compiled optimizer step, a compiled model, FSDP units).
 
     ## Known false positives
     Deliberate pauses (evaluation, checkpointing) inside the window, and profiler overhead:
@@ -80,20 +79,11 @@ class GpuStarvation(Rule):
     ]
 
     def check(self, ctx: Context, t: Thresholds) -> Iterable[Finding]:
-        for d in ctx.devices():
-            window = d["window_ns"]
-            between = d["host_wait_between_steps_ns"]
-            # kernels shorter than a launch: the waits inside steps are TA003's launches
-            wait = between if launch_bound(ctx, d) else d["host_wait_ns"]
-            # one-time work (a first launch that loads a library, compilation) is start-up,
-            # not the loop's: TA012 names it
-            startup = min(wait, _startup_idle(ctx, d["rank"], d["device"]))
-            wait -= startup
-            between = min(between, wait)
-            share = wait / window if window else None
+        for d in ctx.metrics.host_wait_model:
+            window, wait, share = d.window_ns, d.host_wait_ns, d.host_wait_share
+            between, inside = d.between_steps_ns, d.inside_steps_ns
             if share is None or share < t.min_host_wait_share:
                 continue
-            inside = wait - between
             stepped = ctx.metrics.basis == "steps"
             where = []
             if between:
@@ -104,7 +94,7 @@ class GpuStarvation(Rule):
                     + ("inside steps (CPU-side work)" if stepped else "between launches")
                 )
             advice = None
-            phases = _phases(ctx, d["rank"])
+            phases = d.phases
             if between > inside:
                 advice = advise.input_pipeline(ctx)
             elif inside > 0:
@@ -120,34 +110,31 @@ class GpuStarvation(Rule):
                             if ns
                         )
                     )
-            if startup:
-                where.append(f"{startup / 1e6:.2f} ms more is one-time start-up work, left out")
+            if d.startup_idle_ns:
+                where.append(
+                    f"{d.startup_idle_ns / 1e6:.2f} ms more is one-time start-up work, left out"
+                )
             yield self.finding(
                 ctx,
-                f"rank {d['rank']} GPU {d['device']}: idle {d['idle_share']:.0%} of a "
+                f"rank {d.rank} GPU {d.device}: idle {d.idle_share:.0%} of a "
                 f"{window / 1e6:.1f} ms window, {share:.0%} waiting for the host "
                 f"({'; '.join(where)})",
                 {
                     "window_ns": window,
-                    "idle_share": d["idle_share"],
+                    "idle_share": d.idle_share,
                     "host_wait_ns": wait,
                     "host_wait_share": share,
                     "host_wait_between_steps_ns": between,
                     "host_wait_inside_steps_ns": inside,
-                    "longest_gap_ns": d["longest_gap_ns"],
+                    "longest_gap_ns": d.longest_gap_ns,
                     "host_phases": phases,
-                    "startup_idle_ns": startup,
+                    "startup_idle_ns": d.startup_idle_ns,
                     "threshold_share": t.min_host_wait_share,
                 },
-                Scope(d["rank"], d["device"]),
-                _impact(ctx, d["rank"], d["device"], wait),
+                Scope(d.rank, d.device),
+                d.impact_ns,
                 advice,
-                # feeding the GPU saves at most its idle that is not start-up
-                ceiling_ns=ctx.per_step(
-                    max(0, d["idle_ns"] - _startup_idle(ctx, d["rank"], d["device"])),
-                    d["rank"],
-                    d["device"],
-                ),
+                ceiling_ns=d.ceiling_ns,
             )
 
 
@@ -161,17 +148,6 @@ PHASE_WORDS = {
 }
 
 
-def _startup_idle(ctx: Context, rank: int, device: int) -> int:
-    """The device's idle under one-time host work (analyses/timeline/startup.py)."""
-    once = {(d.rank, d.device): d.idle_ns for d in ctx.metrics.startup_model}
-    return once.get((rank, device), 0)
-
-
-def _phases(ctx: Context, rank: int) -> dict[str, int] | None:
-    """The rank's host time per steady step by phase (medians), where recorded."""
-    return host_phase_medians(ctx.metrics.host_phases.steps, rank)
-
-
 def _top_phase(phases: dict[str, int] | None) -> tuple[str, int] | None:
     """The phase that holds most of the host's step, among those with advice of their own
     and over a quarter of the step (`other` is Python and unrecorded host time: no phase)."""
@@ -183,13 +159,3 @@ def _top_phase(phases: dict[str, int] | None) -> tuple[str, int] | None:
     if phase is None or not total or named[phase] < total / 4:
         return None
     return phase, named[phase]
-
-
-def _impact(ctx: Context, rank: int, device: int, wait_ns: int) -> int | None:
-    """The critical path's saving with host gaps closed, but no more than the host-wait idle
-    per step: a fix that feeds the GPU cannot save more than the GPU waited."""
-    saving = ctx.saving(rank, "host_gaps_closed")
-    per_step = ctx.per_step(wait_ns, rank, device)
-    if saving is None or per_step is None:
-        return saving if per_step is None else per_step
-    return min(saving, per_step)

@@ -6,17 +6,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from traceanalyzer.analyses.host.host_phases import optimizer_tiny_share
 from traceanalyzer.rules import advice as advise
-from traceanalyzer.rules.base import (
-    Context,
-    Finding,
-    Rule,
-    Scope,
-    Severity,
-    host_wait_inside_steps,
-    launch_bound,
-)
+from traceanalyzer.rules.base import Context, Finding, Rule, Scope, Severity
 from traceanalyzer.rules.examples import Event, launched, step
 
 _ADD = "void at::native::vectorized_elementwise_kernel<4, at::native::add_kernel>"
@@ -50,7 +41,7 @@ class LaunchOverhead(Rule):
     does more work. Move per-element Python loops into tensor operations.
 
     Where at least 30 % of the rank's tiny kernels are launched inside `optimizer.step`
-    (analyses/host_phases.py attributes each kernel to the phase of the host step that
+    (analyses/host/host_phases.py attributes each kernel to the phase of the host step that
     launched it), the optimizer's per-parameter loop is named and the advice is a fused
     optimizer.
 
@@ -100,55 +91,50 @@ class LaunchOverhead(Rule):
     ]
 
     def check(self, ctx: Context, t: Thresholds) -> Iterable[Finding]:
-        for d in ctx.devices():
-            window = d["window_ns"]
-            count = d["kernel_count"]
-            # kernels shorter than a launch: the longer waits between them are launches too
-            inside = host_wait_inside_steps(d) if launch_bound(ctx, d) else 0
-            launch = d["launch_overhead_ns"] + inside
-            share = launch / window if window else None
+        for d in ctx.metrics.launch_model:
+            window, count, inside = d.window_ns, d.kernel_count, d.inside_steps_ns
+            share = d.launch_overhead_share
             if share is None or count < t.min_kernels or share < t.min_launch_idle_share:
                 continue
-            mean_kernel = d["kernel_ns"] // count
-            where = f"in {d['gap_count']} short launch gaps"
+            where = f"in {d.gap_count} short launch gaps"
             if inside:
                 where = (
-                    f"waiting for launches ({d['launch_overhead_ns'] / window:.0%} in short "
+                    f"waiting for launches ({d.short_gap_ns / window:.0%} in short "
                     f"launch gaps, {inside / window:.0%} in longer waits for the host between "
                     "its kernels)"
                 )
-            impact = _impact(ctx, d["rank"], d["device"], launch)
+            impact = d.impact_ns
             advice = advise.host_overhead(ctx)
-            origin = optimizer_tiny_share(ctx.metrics.host_phases.kernels, d["rank"])
+            origin = d.optimizer_share
             from_optimizer = ""
             if origin is not None and origin >= OPTIMIZER_SHARE:
                 # the fix is the optimizer's: it saves those launches' share
                 from_optimizer = f"; {origin:.0%} of its tiny kernels come from optimizer.step"
                 advice = advise.tiny_optimizer_kernels(ctx, origin)
-                impact = None if impact is None else round(impact * origin)
+                impact = d.optimizer_impact_ns
             yield self.finding(
                 ctx,
-                f"rank {d['rank']} GPU {d['device']}: idle {share:.0%} of a "
+                f"rank {d.rank} GPU {d.device}: idle {share:.0%} of a "
                 f"{window / 1e6:.1f} ms window {where}; "
-                f"{count} kernels averaging {mean_kernel / 1e3:.1f} µs" + from_optimizer,
+                f"{count} kernels averaging {d.mean_kernel_ns / 1e3:.1f} µs" + from_optimizer,
                 {
                     "window_ns": window,
-                    "launch_overhead_ns": launch,
+                    "launch_overhead_ns": d.launch_overhead_ns,
                     "launch_overhead_share": share,
-                    "short_gap_ns": d["launch_overhead_ns"],
+                    "short_gap_ns": d.short_gap_ns,
                     "host_wait_inside_steps_ns": inside,
                     "kernel_count": count,
-                    "mean_kernel_ns": mean_kernel,
+                    "mean_kernel_ns": d.mean_kernel_ns,
                     "small_kernel_count_share": ctx.metrics.kernels.small_count_share,
                     "small_kernel_time_share": ctx.metrics.kernels.small_time_share,
                     "tiny_kernel_share_from_optimizer": origin,
                     "threshold_share": t.min_launch_idle_share,
                 },
-                Scope(d["rank"], d["device"]),
+                Scope(d.rank, d.device),
                 impact,
                 advice,
                 # fewer launches save at most the GPU's idle
-                ceiling_ns=ctx.per_step(d["idle_ns"], d["rank"], d["device"]),
+                ceiling_ns=d.ceiling_ns,
             )
 
 
@@ -156,13 +142,3 @@ class LaunchOverhead(Rule):
 #: the optimizer's per-parameter loop is the launch overhead to fix first (a fused optimizer
 #: removes that share at once; the rest is spread over the model's operators).
 OPTIMIZER_SHARE = 0.3
-
-
-def _impact(ctx: Context, rank: int, device: int, launch_ns: int) -> int | None:
-    """The critical path's saving with host time closed, but no more than the launch-overhead
-    idle per step."""
-    saving = ctx.saving(rank, "host_gaps_closed")
-    per_step = ctx.per_step(launch_ns, rank, device)
-    if saving is None or per_step is None:
-        return saving if per_step is None else per_step
-    return min(saving, per_step)

@@ -43,8 +43,8 @@ class MemoryBound(Rule):
     (recommenders). The share alone does not say the time matters: the impact does.
 
     ## Impact estimate
-    What fusion removes, under the roof (`analyses/fusion.py`). Memory-bound operators that
-    run back to back on a stream form chains; a fused chain reads its inputs and writes its
+    What fusion removes, under the roof (`analyses/gpu/fusion.py`). Memory-bound operators
+    that run back to back on a stream form chains; a fused chain reads its inputs and writes its
     result once, taken as the traffic of its largest operator, so the rest of the chain's
     bytes (`fusible_share` of the memory-bound traffic) is what fusion removes, at the
     bandwidth the trace reaches: the saving is that share of the memory-bound kernel time,

@@ -38,13 +38,13 @@ class TraceQuality(Rule):
     the metrics carry the clock check, GPU work that starts before the host call that
     launched it by more than a tolerance (host and device clocks disagree); and one-time
     work inside the window (a first launch that loads a library or autotunes, `cudaFree`
-    creating the context, compilation: analyses/startup.py) over `min_startup_share` of
-    it, a warning where it is most of the window: the trace then shows start-up, not the
-    loop, and the verdict says so. Its GPU idle is left out of TA001's price. Where more than
-    `max_dropped_gpu_share` of the GPU events could not be read (timestamps written as text,
-    negative durations, a converter's output), the trace is damaged: a critical finding with
-    an example, the verdict is about the trace, and no performance finding is reported (a
-    timeline with holes would be read as idle).
+    creating the context, compilation: analyses/timeline/startup.py) over
+    `min_startup_share` of it, a warning where it is most of the window: the trace then shows
+    start-up, not the loop, and the verdict says so. Its GPU idle is left out of TA001's
+    price. Where more than `max_dropped_gpu_share` of the GPU events could not be read
+    (timestamps written as text, negative durations, a converter's output), the trace is
+    damaged: a critical finding with an example, the verdict is about the trace, and no
+    performance finding is reported (a timeline with holes would be read as idle).
 
     ## Why it matters
     Every other diagnosis rests on the trace. A truncated trace misses the end of the run, a

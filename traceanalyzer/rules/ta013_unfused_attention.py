@@ -32,8 +32,8 @@ class UnfusedAttention(Rule):
     `@ v`) where no fused attention kernel runs: the trace's softmaxes over n x T x S score
     tensors (batch x heads x queries x keys, T and S of 128 or more) made by a batched Q·Kᵀ
     product, and every operator that makes or reads such a tensor, forward and backward
-    (analyses/attention.py; needs `record_shapes=True`). It fires when those kernels take at
-    least `min_share` of the step and no FlashAttention, memory-efficient or cuDNN attention
+    (analyses/gpu/attention.py; needs `record_shapes=True`). It fires when those kernels take
+    at least `min_share` of the step and no FlashAttention, memory-efficient or cuDNN attention
     kernel runs on the device.
 
     ## Why it matters

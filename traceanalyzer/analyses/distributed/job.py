@@ -30,7 +30,7 @@ from traceanalyzer.analyses.gpu import (
     memory,
     shapes,
 )
-from traceanalyzer.analyses.host import host_phases
+from traceanalyzer.analyses.host import host_bound, host_phases
 from traceanalyzer.analyses.metrics import Metrics
 from traceanalyzer.analyses.timeline import startup, steady, windows
 from traceanalyzer.analyses.timeline.windows import DEVICE_KEY, step_counts
@@ -167,6 +167,12 @@ def _merge(
     kernel_classes = kernels.classes_of(_concat(parts, "kernel_classes"))
     sync_sites = idle.sync_sites_summary(sync_calls, _concat(parts, "steps_per_rank"))
     cast_model = kernels.cast_impact(kernel_classes, top_kernels, paths.steps, counts)
+    phases = host_phases.HostPhases(
+        steps=_concat(parts, "host_phases"), kernels=_concat(parts, "kernel_phases")
+    )
+    facts = context.RunFacts.merge([p.facts for p in parts])
+    graphs = context.replays_graphs(facts)
+    once_model = startup.per_device(dev, once, once_idle)
     return Metrics(
         basis="steps" if by_steps else "trace",
         steps=windows.Steps(
@@ -210,9 +216,7 @@ def _merge(
             infos,
             dev.select(*key, "gemm_ns"),
         ),
-        host_phases=host_phases.HostPhases(
-            steps=_concat(parts, "host_phases"), kernels=_concat(parts, "kernel_phases")
-        ),
+        host_phases=phases,
         attention=_concat(parts, "attention"),
         memory_model=mem_model,
         fusion_patterns=mem_patterns,
@@ -228,7 +232,7 @@ def _merge(
         early_starts=_concat(parts, "early_starts"),
         critical_path=critical_path.CriticalPath.of(paths),
         memory=memory.Memory(peaks=peaks, growth=grown, runway=memory.runway(grown, peaks, infos)),
-        facts=context.RunFacts.merge([p.facts for p in parts]),
+        facts=facts,
         # the impact models: what each fix saves per steady step, and the most it can
         memory_impact_model=fusion.memory_impact(
             mem_model, mem_patterns, paths.steps, savings, counts
@@ -246,7 +250,11 @@ def _merge(
             counts,
             _concat(parts, "ddp_copies"),
         ),
-        startup_model=startup.per_device(dev, once, once_idle),
+        host_wait_model=host_bound.host_wait_impact(
+            dev, once_model, phases.steps, savings, counts, graphs
+        ),
+        launch_model=host_bound.launch_impact(dev, phases.kernels, savings, counts, graphs),
+        startup_model=once_model,
     )
 
 

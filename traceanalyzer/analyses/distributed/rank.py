@@ -168,12 +168,14 @@ def analyze_rank(
     with stage("analyze: steady steps"):
         markers, keys, state, table, found = _steady_steps(timeline, opts, flagged)
         syncs = idle.sync_calls(timeline).collect().lazy()
+    with stage("analyze: linked work"):  # once: the critical path and the windows read it
+        linked = windows.linked_work(timeline, markers, keys)
     with stage("analyze: critical path, tables"):
         graph = critical_path.inputs(
             timeline,
             markers.collect(),
             syncs.collect(),
-            work=_linked_work(timeline, markers, keys),
+            work=linked.select(*windows.CRITICAL_PATH_COLUMNS, *windows.LINK_COLUMNS),
         )
         # a rank that is the whole job builds its graph now, while few other large frames
         # are held (the tables need the most memory of all), and solves it on a thread
@@ -187,7 +189,9 @@ def analyze_rank(
         pool.shutdown(wait=False)
         del prepared
     with stage("analyze: windows"):
-        shared = _windowed(timeline, markers, keys, state, syncs, opts.launch_gap_max_ns, job_steps)
+        shared = _windowed(
+            timeline, markers, linked, state, syncs, opts.launch_gap_max_ns, job_steps
+        )
     with stage("analyze: plan"):
         results = _run_plan(shared)
     with stage("analyze: rank results"):
@@ -195,13 +199,6 @@ def analyze_rank(
     if solving is not None:
         part = dataclasses.replace(part, paths=solving.result())
     return part
-
-
-def _linked_work(
-    timeline: Timeline, markers: pl.LazyFrame, keys: pl.DataFrame | None
-) -> pl.DataFrame:
-    with stage("analyze: critical path, tables: linked work"):
-        return windows.linked_work(timeline, markers, keys, windows.CRITICAL_PATH_COLUMNS)
 
 
 def _timed_solve(prepared: critical_path.Prepared) -> critical_path.CriticalPaths:
@@ -233,15 +230,15 @@ def _steady_steps(
 def _windowed(
     timeline: Timeline,
     markers: pl.LazyFrame,
-    keys: pl.DataFrame | None,
+    linked: pl.DataFrame,
     state: steady.SteadyState,
     syncs: pl.LazyFrame,
     launch_gap_max_ns: int,
     job_steps: bool | None,
 ) -> Windowed:
-    """The shared inputs of the plan (see `Windowed`). `job_steps`: see `analyze_rank`."""
-    with stage("analyze: windows: linked work"):
-        linked = windows.linked_work(timeline, markers, keys)
+    """The shared inputs of the plan (see `Windowed`). `linked`: the GPU work with its
+    launches and steps (windows.linked_work, computed once per rank); `job_steps`: see
+    `analyze_rank`."""
     work = linked.lazy().drop(windows.LAUNCH_EXTRA)
     with stage("analyze: windows: steps"):
         steps = windows.device_steps(work, markers).collect()

@@ -78,17 +78,6 @@ class SteadyState:
     warmup_rows: pl.DataFrame
 
 
-def _ops_schema() -> dict[str, pl.DataType]:
-    return {
-        "rank": pl.Int32(),
-        "device": pl.Int32(),
-        "kind": pl.String(),
-        "start_ns": pl.Int64(),
-        "end_ns": pl.Int64(),
-        "step": pl.Int64(),
-    }
-
-
 @dataclass(frozen=True, slots=True)
 class StepTable:
     """What the steady state is decided on, per rank (see `step_table`): `tiles` (each step's

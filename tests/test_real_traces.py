@@ -175,5 +175,7 @@ def test_deepseek_deepep_all_to_all_is_communication() -> None:
         for dev, spans in comm.items():
             assert got[dev] == reference.union_length(spans), (path, dev)
             assert got[dev] >= reference.union_length(deepep[dev]) > 0 or dev not in deepep
-        a2a = metrics.collectives.filter(metrics.collectives["collective"] == "all_to_all")
+        a2a = metrics.communication.collectives.filter(
+            metrics.communication.collectives["collective"] == "all_to_all"
+        )
         assert int(a2a["count"].sum()) >= sum(len(v) for v in deepep.values()), path

@@ -149,7 +149,7 @@ def _report(
     paths: pl.DataFrame,
 ) -> Report:
     totals = metrics.steps.counts.ranks
-    periods = {r["rank"]: r for r in metrics.periods.iter_rows(named=True)}
+    periods = {r["rank"]: r for r in metrics.periods.per_rank.iter_rows(named=True)}
     return build_report(
         meta,
         metrics,
@@ -185,8 +185,10 @@ def context(metrics: Metrics, meta: TraceMeta) -> Context:
     steady step of each rank (the loop's period, `steady.loop_periods`; without step
     markers, each rank's window: one step), and the run context."""
     steps = metrics.critical_path.steps.group_by("rank").agg(pl.col("step_ns").mean())
-    if metrics.periods.height:  # the loop's period, where the steps tell it
-        steps = metrics.periods.select("rank", step_ns="period_ns").filter(pl.col("step_ns") > 0)
+    if metrics.periods.per_rank.height:  # the loop's period, where the steps tell it
+        steps = metrics.periods.per_rank.select("rank", step_ns="period_ns").filter(
+            pl.col("step_ns") > 0
+        )
     if metrics.basis == "trace":  # no step markers: the whole window is one step
         steps = metrics.devices.summary.group_by("rank").agg(step_ns=pl.col("window_ns").max())
     return Context(

@@ -288,7 +288,7 @@ class Analysis:
             gbps=pl.lit(None, pl.Float64),
             share_of_roof="share_of_roof",
         )
-        memory = self.metrics.bandwidth.select(
+        memory = self.metrics.bandwidth.operators.select(
             "rank",
             "device",
             "op_name",

@@ -259,7 +259,7 @@ def _memory_rows(metrics: Metrics) -> dict[tuple[int, int], dict[str, Any]]:
     (the model: analyses/gpu/fusion.py)."""
     return {
         (r["rank"], r["device"]): {k: r[k] for k in MEMORY_FIGURES}
-        for r in metrics.memory_model.iter_rows(named=True)
+        for r in metrics.fusion.model.iter_rows(named=True)
     }
 
 
@@ -805,15 +805,15 @@ def build_report(
         },
         communication={
             "per_collective": _rows(
-                metrics.collectives.with_columns(pl.col("collective").cast(pl.String))
+                metrics.communication.collectives.with_columns(pl.col("collective").cast(pl.String))
             ),
-            "ranks": _rows(metrics.rank_waits),
+            "ranks": _rows(metrics.communication.rank_waits),
             "slowest_rank": metrics.slowest_rank,
             "by_rank": _rows(metrics.collective_split.per_kind),
             "imbalance": _imbalance(metrics),
         },
-        copies=_rows(metrics.copies),
-        bandwidth=_rows(metrics.bandwidth.head(TOP_BANDWIDTH_OPS)),
+        copies=_rows(metrics.copies.summary),
+        bandwidth=_rows(metrics.bandwidth.operators.head(TOP_BANDWIDTH_OPS)),
         quality={
             "truncated": q.truncated,
             "truncated_files": list(q.truncated_files),
@@ -832,6 +832,6 @@ def build_report(
         timeline_bins=tuple(_rows(metrics.idle.timeline_bins)),
         memory_growth=tuple(_rows(metrics.memory.growth)),
         memory_steps=tuple(_rows(metrics.memory.peaks.sort("rank", "device", "step"))),
-        matmul_shapes=tuple(_rows(metrics.matmul_shapes.head(TOP_BANDWIDTH_OPS))),
+        matmul_shapes=tuple(_rows(metrics.shapes.matmuls.head(TOP_BANDWIDTH_OPS))),
         roofline=tuple(_rows(metrics.flops.roofline.head(TOP_ROOFLINE_OPS))),
     )

@@ -59,7 +59,7 @@ def test_elementwise_add_bandwidth(tmp_path: Path) -> None:
         kernel(150, 4, "void at::native::bfloat16_copy_kernel_cuda", corr=8),
     ]
     m = analyze(read(write_trace(tmp_path / "t.json", events)))
-    rows = {r["op_name"]: r for r in m.bandwidth.iter_rows(named=True)}
+    rows = {r["op_name"]: r for r in m.bandwidth.operators.iter_rows(named=True)}
     add = rows["aten::add"]
     assert add["bytes"] == 3 * 4 * 1024 * 1024  # two inputs read, one output written
     assert add["gbps"] == pytest.approx(3 * 4 * 1024 * 1024 / 10_000)
@@ -106,7 +106,7 @@ def test_real_trace_against_a_plain_loop(op: str) -> None:
             time_per_op[ext] += min(end, hi) - max(start, lo)
     total_bytes = sum(ops[e][2] for e in time_per_op)
     total_ns = sum(time_per_op.values())
-    got = analyze(read(path)).bandwidth
+    got = analyze(read(path)).bandwidth.operators
     row = got.filter(got["op_name"] == op).row(0, named=True)
     assert (row["ops"], row["kernel_ns"], row["bytes"]) == (len(time_per_op), total_ns, total_bytes)
     assert json.dumps(row["gbps"]) == json.dumps(total_bytes / total_ns)

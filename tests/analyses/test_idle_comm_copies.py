@@ -108,7 +108,7 @@ def test_comm_overlap(tmp_path: Path) -> None:
     assert d["overlap_share"] == 50 / 140
     per = {
         r["collective"]: (r["count"], r["total_ns"], r["exposed_ns"])
-        for r in m.collectives.iter_rows(named=True)
+        for r in m.communication.collectives.iter_rows(named=True)
     }
     assert per == {"all_reduce": (1, 100_000, 50_000), "all_gather": (1, 40_000, 40_000)}
 
@@ -132,7 +132,7 @@ def test_moe_all_to_all_on_its_own_stream_is_communication(tmp_path: Path) -> No
         100_000,
         200_000,
     )
-    per = m.collectives.select("collective", "count", "total_ns", "exposed_ns").rows()
+    per = m.communication.collectives.select("collective", "count", "total_ns", "exposed_ns").rows()
     assert per == [("all_to_all", 2, 300_000, 200_000)]
     classes = dict(m.kernels.classes.select("kernel_class", "total_ns").iter_rows())
     assert classes["comm"] == 300_000
@@ -153,7 +153,7 @@ def test_a_kernel_launched_by_a_collective_op_is_communication(tmp_path: Path) -
     m = analyze(read(write_trace(tmp_path / "op.json", events)))
     d = m.devices.summary.row(0, named=True)
     assert (d["comm_ns"], d["exposed_comm_ns"]) == (100_000, 100_000)
-    assert m.collectives.select("collective", "count").rows() == [("all_to_all", 1)]
+    assert m.communication.collectives.select("collective", "count").rows() == [("all_to_all", 1)]
 
 
 def test_no_comm_gives_null_overlap_share(tmp_path: Path) -> None:
@@ -175,7 +175,7 @@ def test_rank_imbalance(tmp_path: Path) -> None:
             ],
         )
     m = analyze(read(tmp_path / "job"))
-    assert m.rank_waits.select("rank", "collectives", "wait_ns").rows() == [
+    assert m.communication.rank_waits.select("rank", "collectives", "wait_ns").rows() == [
         (0, 2, 110_000),
         (1, 2, 0),
     ]
@@ -191,7 +191,7 @@ def test_copies_by_direction_and_memory(tmp_path: Path) -> None:
     m = analyze(read(write_trace(tmp_path / "m.json", events)))
     rows = {
         (r["copy_kind"], r["src_memory"]): (r["count"], r["bytes"], r["time_ns"], r["gbps"])
-        for r in m.copies.iter_rows(named=True)
+        for r in m.copies.summary.iter_rows(named=True)
     }
     assert rows == {
         ("HtoD", "pageable"): (2, 8192, 4000, 2.048),

@@ -72,7 +72,7 @@ def test_sync_model_against_a_loop(name: str) -> None:
 def test_pageable_model_against_a_loop() -> None:
     m = _metrics("pageable_copies.json.gz")
     sums: dict[tuple[int, int, str], list[int]] = {}
-    for c in m.copies.iter_rows(named=True):
+    for c in m.copies.summary.iter_rows(named=True):
         if c["copy_kind"] == "HtoD":
             key = (c["rank"], c["device"], c["src_memory"])
             total = sums.setdefault(key, [0, 0, 0])
@@ -157,7 +157,7 @@ def test_shape_model_against_a_loop() -> None:
         rank, device = d["rank"], d["device"]
         rows = [
             s
-            for s in m.matmul_shapes.iter_rows(named=True)
+            for s in m.shapes.matmuls.iter_rows(named=True)
             if (s["rank"], s["device"]) == (rank, device)
         ]
         odd = [
@@ -211,7 +211,7 @@ def test_overlap_model_against_a_loop() -> None:
         alone = max(0, d["busy_ns"] - comm)
         colls = [
             c
-            for c in m.collectives.iter_rows(named=True)
+            for c in m.communication.collectives.iter_rows(named=True)
             if (c["rank"], c["device"]) == (rank, device)
         ]
         colls.sort(key=lambda c: (-c["exposed_ns"], c["collective"]))
@@ -287,8 +287,10 @@ def test_startup_model_against_a_loop(name: str) -> None:
     assert len(got) == m.devices.summary.height
     for d in m.devices.rows():
         key = (d["rank"], d["device"])
-        once = [r for r in m.startup_idle.iter_rows(named=True) if (r["rank"], r["device"]) == key]
-        calls = [c for c in m.startup.iter_rows(named=True) if (c["rank"], c["device"]) == key]
+        once = [r for r in m.startup.idle.iter_rows(named=True) if (r["rank"], r["device"]) == key]
+        calls = [
+            c for c in m.startup.calls.iter_rows(named=True) if (c["rank"], c["device"]) == key
+        ]
         kept: list[dict] = []
         for c in calls[:50]:  # the longest first; one inside a listed one is the same work
             if not any(k["start_ns"] <= c["start_ns"] <= c["end_ns"] <= k["end_ns"] for k in kept):
@@ -328,7 +330,7 @@ def test_memory_impact_model_against_a_loop(name: str) -> None:
     )
     on_path = _mean_by_rank(m.critical_path.steps.to_dicts(), "gpu_memory_bound_ns")
     best: tuple[int, int | None, dict] | None = None
-    for row in m.memory_model.iter_rows(named=True):
+    for row in m.fusion.model.iter_rows(named=True):
         rank, device = row["rank"], row["device"]
         n = _steps(m).get((rank, device), 0) if m.basis == "steps" else 1
         share = row["fusible_share"]
@@ -346,7 +348,7 @@ def test_memory_impact_model_against_a_loop(name: str) -> None:
     assert (got.impact_ns, got.ceiling_ns, got.model) == best
     patterns = [
         p["pattern"]
-        for p in m.fusion_patterns.iter_rows(named=True)
+        for p in m.fusion.patterns.iter_rows(named=True)
         if (p["rank"], p["device"]) == (best[2]["rank"], best[2]["device"])
     ]
     assert list(got.patterns) == patterns
@@ -357,9 +359,9 @@ def test_fewer_rows_against_a_loop() -> None:
     """decode_greedy_b1: one sequence decoded a token at a time: most GEMM time in M = 1
     products."""
     m = _metrics("decode_greedy_b1.json.gz")
-    rows = list(m.matmul_shapes.iter_rows(named=True))
+    rows = list(m.shapes.matmuls.iter_rows(named=True))
     few = sum(s["kernel_ns"] for s in rows if s["m"] < 8)
-    assert fewer_rows_ns(m.matmul_shapes, 8) == (few, sum(s["kernel_ns"] for s in rows))
+    assert fewer_rows_ns(m.shapes.matmuls, 8) == (few, sum(s["kernel_ns"] for s in rows))
     assert few > sum(s["kernel_ns"] for s in rows) / 2
 
 

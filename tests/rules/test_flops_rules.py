@@ -51,7 +51,7 @@ def test_unfused_attention_example(tmp_path: Path) -> None:
 def test_fused_attention_runs_no_finding() -> None:
     """The healthy sample uses cuDNN SDPA: no hand-written attention."""
     m = analyze(read(SAMPLES / "train_bf16_healthy.json.gz"))
-    assert m.attention.height == 0
+    assert m.attention.unfused.height == 0
     rep = api.report(SAMPLES / "train_bf16_healthy.json.gz")
     assert "TA013" not in [f.rule for f in rep.findings]
 
@@ -60,4 +60,4 @@ def test_a_big_softmax_is_not_attention() -> None:
     """memory_bound.json.gz softmaxes 64 x 1024 x 1024 activations that no Q·Kᵀ product
     makes: not attention."""
     m = analyze(read(GPU / "memory_bound.json.gz"))
-    assert m.attention.height == 0
+    assert m.attention.unfused.height == 0

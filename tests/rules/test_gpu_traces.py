@@ -751,7 +751,7 @@ def test_odd_shapes_excess_by_a_plain_loop() -> None:
     from traceanalyzer.readers import read
 
     path = GPU / "odd_shapes.json.gz"
-    shapes = analyze(read(path)).matmul_shapes.to_dicts()
+    shapes = analyze(read(path)).shapes.matmuls.to_dicts()
     flop_ops = ("aten::mm", "aten::addmm", "aten::linear")
     aligned = [
         s for s in shapes

@@ -12,6 +12,8 @@ import pytest
 from tests.conftest import REPO
 from traceanalyzer import api
 from traceanalyzer.analyses import analyze
+from traceanalyzer.analyses.gpu.gemm_units import GemmUnits
+from traceanalyzer.analyses.timeline.clock import EarlyStarts
 from traceanalyzer.config import Settings
 from traceanalyzer.docgen import index_markdown, rule_markdown
 from traceanalyzer.readers import read
@@ -112,7 +114,7 @@ def test_rank_imbalance_names_the_slow_rank(tmp_path: Path) -> None:
 class _Extended:
     """Metrics with the extra summaries the rules read when `analyze` provides them."""
 
-    def __init__(self, metrics: Any, **extra: pl.DataFrame) -> None:
+    def __init__(self, metrics: Any, **extra: Any) -> None:
         self._metrics = metrics
         self.__dict__.update(extra)
 
@@ -120,7 +122,7 @@ class _Extended:
         return getattr(self._metrics, name)
 
 
-def _context(tmp_path: Path, events: list[Event], **extra: pl.DataFrame) -> Context:
+def _context(tmp_path: Path, events: list[Event], **extra: Any) -> Context:
     timeline = read(write_example(events, tmp_path, "ctx"))
     ctx = api.context(analyze(timeline), timeline.meta)
     return Context(
@@ -142,7 +144,10 @@ def test_trace_quality_reports_clock_problems(tmp_path: Path) -> None:
             "max_early_ns": [40_000],
         }
     )
-    ctx = _context(tmp_path, BY_CODE["TA012"].example_good, early_starts=early)
+    device = {"rank": pl.Int32, "device": pl.Int32}
+    ctx = _context(
+        tmp_path, BY_CODE["TA012"].example_good, early_starts=EarlyStarts(early.cast(device))
+    )
     found = run_rules(ctx, Settings(select=("TA012",)))
     assert [f.severity for f in found] == [Severity.WARNING]
     assert "clocks disagree" in found[0].message
@@ -162,7 +167,10 @@ def test_no_tensor_cores_reads_the_gemm_summary(tmp_path: Path) -> None:
             "total_ns": [300_000],
         }
     )
-    ctx = _context(tmp_path, BY_CODE["TA005"].example_bad, non_tc_gemms=summary)
+    device = {"rank": pl.Int32, "device": pl.Int32}
+    ctx = _context(
+        tmp_path, BY_CODE["TA005"].example_bad, gemm_units=GemmUnits(summary.cast(device))
+    )
     (f,) = run_rules(ctx, Settings(select=("TA005",)))
     assert f.evidence["kernels"][0]["evidence"] == "op dtype fp32, no TF32 token"
     assert f.evidence["fp32_without_tf32"] is True

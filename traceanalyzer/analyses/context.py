@@ -167,7 +167,7 @@ def _compiled_share(found: RunFacts) -> float:
 def _amp_dtype(metrics: Metrics) -> str | bool | None:
     """The 16- or 8-bit dtype most GEMM time runs in ("bfloat16", "float16", "float8"); False
     where most GEMM time is FP32; None without recorded shapes."""
-    shapes = metrics.matmul_shapes
+    shapes = metrics.shapes.matmuls
     if shapes.height == 0:
         return None
     by = (

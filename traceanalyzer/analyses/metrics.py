@@ -2,132 +2,63 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from traceanalyzer.analyses.critical_path import critical_path
-from traceanalyzer.analyses.gpu import casts, devices, fusion, idle, kernels, memory
+from traceanalyzer.analyses.distributed import overlap
+from traceanalyzer.analyses.gpu import (
+    attention,
+    bandwidth,
+    casts,
+    copies,
+    devices,
+    fusion,
+    gemm_units,
+    idle,
+    kernels,
+    memory,
+    shapes,
+)
 from traceanalyzer.analyses.host import host_phases
-from traceanalyzer.analyses.timeline import startup, steady, windows
+from traceanalyzer.analyses.timeline import clock, startup, steady, windows
 from traceanalyzer.analyses.timeline.frames import SchemaDriftError, check_schema
 
 if TYPE_CHECKING:
     from traceanalyzer.analyses.critical_path.critical_path import CriticalPath
     from traceanalyzer.analyses.distributed.collectives import CollectiveSplit, OverlapImpact
     from traceanalyzer.analyses.distributed.imbalance import RankBalance
+    from traceanalyzer.analyses.distributed.overlap import Communication
     from traceanalyzer.analyses.facts import RunFacts
+    from traceanalyzer.analyses.gpu.attention import Attention
+    from traceanalyzer.analyses.gpu.bandwidth import Bandwidth
     from traceanalyzer.analyses.gpu.casts import CastSources
-    from traceanalyzer.analyses.gpu.copies import PageableImpact
+    from traceanalyzer.analyses.gpu.copies import Copies, PageableImpact
     from traceanalyzer.analyses.gpu.devices import Devices
     from traceanalyzer.analyses.gpu.flops import Flops
-    from traceanalyzer.analyses.gpu.fusion import MemoryImpact
-    from traceanalyzer.analyses.gpu.gemm_units import TensorCoreImpact
+    from traceanalyzer.analyses.gpu.fusion import Fusion, MemoryImpact
+    from traceanalyzer.analyses.gpu.gemm_units import GemmUnits, TensorCoreImpact
     from traceanalyzer.analyses.gpu.idle import Idle, SyncImpact
     from traceanalyzer.analyses.gpu.kernels import CastImpact, Kernels
     from traceanalyzer.analyses.gpu.memory import Memory
-    from traceanalyzer.analyses.gpu.shapes import ShapeImpact
+    from traceanalyzer.analyses.gpu.shapes import ShapeImpact, Shapes
     from traceanalyzer.analyses.host.host_bound import HostWaitImpact, LaunchImpact
     from traceanalyzer.analyses.host.host_phases import HostPhases
-    from traceanalyzer.analyses.timeline.startup import DeviceStartup
+    from traceanalyzer.analyses.timeline.clock import EarlyStarts
+    from traceanalyzer.analyses.timeline.startup import DeviceStartup, Startup
+    from traceanalyzer.analyses.timeline.steady import Periods
     from traceanalyzer.analyses.timeline.windows import Steps
 
 __all__ = ["FRAME_SCHEMAS", "OPTIONAL_COLUMNS", "Metrics", "SchemaDriftError", "check_frame"]
 
-#: The declared columns of every analysis result, in order: name -> dtype (`pl.Enum` stands
-#: for an Enum of any categories). `Metrics` checks its frames against them when it is built,
-#: and each typed result its own (`SCHEMAS`, listed here under `<field>.<frame>`), so a
+#: The declared columns of every analysis result's frames, in order: `<field>.<frame>` ->
+#: column -> dtype (`pl.Enum` stands for an Enum of any categories). Each typed result
+#: declares its own (`SCHEMAS`) and checks its frames against them when it is built, so a
 #: renamed or retyped column fails at the analysis that made it, not silently in the
 #: published JSON (the report copies several of these frames into it).
 FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
-    "collectives": {
-        "rank": pl.Int32,
-        "device": pl.Int32,
-        "collective": pl.Enum,
-        "count": pl.Int64,
-        "total_ns": pl.Int64,
-        "exposed_ns": pl.Int64,
-        "msg_bytes": pl.Int64,
-    },
-    "rank_waits": {
-        "rank": pl.Int32,
-        "collectives": pl.Int64,
-        "comm_ns": pl.Int64,
-        "wait_ns": pl.Int64,
-    },
-    "copies": {
-        "rank": pl.Int32,
-        "device": pl.Int32,
-        "copy_kind": pl.String,
-        "src_memory": pl.String,
-        "dst_memory": pl.String,
-        "count": pl.Int64,
-        "bytes": pl.Int64,
-        "time_ns": pl.Int64,
-        "gbps": pl.Float64,
-    },
-    "bandwidth": {
-        "rank": pl.Int32,
-        "device": pl.Int32,
-        "op_name": pl.String,
-        "ops": pl.Int64,
-        "kernel_ns": pl.Int64,
-        "bytes": pl.Int64,
-        "gbps": pl.Float64,
-        "peak_gbps": pl.Float64,
-        "beyond_peak": pl.Boolean,
-        "share_of_peak": pl.Float64,
-    },
-    "matmul_shapes": {
-        "rank": pl.Int32,
-        "device": pl.Int32,
-        "op_name": pl.String,
-        "m": pl.Int64,
-        "n": pl.Int64,
-        "k": pl.Int64,
-        "dtype": pl.String,
-        "calls": pl.Int64,
-        "kernel_ns": pl.Int64,
-        "align": pl.Int64,
-        "misaligned": pl.String,
-    },
-    "non_tc_gemms": {
-        "rank": pl.Int32,
-        "device": pl.Int32,
-        "name": pl.String,
-        "evidence": pl.String,
-        "op_dtype": pl.String,
-        "count": pl.Int64,
-        "total_ns": pl.Int64,
-    },
-    "early_starts": {
-        "rank": pl.Int32,
-        "device": pl.Int32,
-        "linked": pl.Int64,
-        "early": pl.Int64,
-        "early_share": pl.Float64,
-        "max_early_ns": pl.Int64,
-    },
-    "attention": {
-        "rank": pl.Int32,
-        "device": pl.Int32,
-        "n": pl.Int64,
-        "t": pl.Int64,
-        "s": pl.Int64,
-        "d": pl.Int64,
-        "causal": pl.Boolean,
-        "backward": pl.Boolean,
-        "ops": pl.Int64,
-        "calls": pl.Int64,
-        "kernel_ns": pl.Int64,
-        "fused_ns": pl.Int64,
-    },
-    "memory_model": dict(fusion.SCHEMA),
-    "fusion_patterns": dict(fusion.PATTERN_SCHEMA),
-    "startup": dict(startup.SCHEMA),
-    "startup_idle": dict(startup.IDLE_SCHEMA),
-    "periods": dict(steady.PERIOD_SCHEMA),
     **{f"steps.{k}": dict(v) for k, v in windows.Steps.SCHEMAS.items()},
     **{f"devices.{k}": dict(v) for k, v in devices.Devices.SCHEMAS.items()},
     **{f"kernels.{k}": dict(v) for k, v in kernels.Kernels.SCHEMAS.items()},
@@ -136,6 +67,16 @@ FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
     **{f"memory.{k}": dict(v) for k, v in memory.Memory.SCHEMAS.items()},
     **{f"host_phases.{k}": dict(v) for k, v in host_phases.HostPhases.SCHEMAS.items()},
     **{f"cast_sources.{k}": dict(v) for k, v in casts.CastSources.SCHEMAS.items()},
+    **{f"communication.{k}": dict(v) for k, v in overlap.Communication.SCHEMAS.items()},
+    **{f"copies.{k}": dict(v) for k, v in copies.Copies.SCHEMAS.items()},
+    **{f"bandwidth.{k}": dict(v) for k, v in bandwidth.Bandwidth.SCHEMAS.items()},
+    **{f"shapes.{k}": dict(v) for k, v in shapes.Shapes.SCHEMAS.items()},
+    **{f"gemm_units.{k}": dict(v) for k, v in gemm_units.GemmUnits.SCHEMAS.items()},
+    **{f"early_starts.{k}": dict(v) for k, v in clock.EarlyStarts.SCHEMAS.items()},
+    **{f"attention.{k}": dict(v) for k, v in attention.Attention.SCHEMAS.items()},
+    **{f"fusion.{k}": dict(v) for k, v in fusion.Fusion.SCHEMAS.items()},
+    **{f"startup.{k}": dict(v) for k, v in startup.Startup.SCHEMAS.items()},
+    **{f"periods.{k}": dict(v) for k, v in steady.Periods.SCHEMAS.items()},
 }
 #: Columns a frame carries only where the trace has them (`<field>.<frame>` for a typed
 #: result's, from its `OPTIONAL`).
@@ -165,22 +106,24 @@ class Metrics:
     - `idle`: the idle gaps by cause, their histogram, the host syncs, their call sites and
       count per step, the timeline strip's bins and the launch-gap limit
       (analyses/gpu/idle.py: idle.Idle).
-    - `collectives`: rank, device, collective, count, total_ns, exposed_ns, msg_bytes.
-    - `rank_waits`: rank, collectives, comm_ns, wait_ns (empty for a single rank).
+    - `communication`: each device's collectives, their time and exposed part, and each
+      rank's wait inside them (analyses/distributed/overlap.py: overlap.Communication).
     - `slowest_rank`: the rank others wait for (the largest own time: `balance`; without
       steps, the rank that waits least).
-    - `bandwidth`: rank, device, op_name, ops, kernel_ns, bytes, gbps, peak_gbps,
-      share_of_peak: memory-bound operators' achieved bandwidth (where shapes are recorded).
-    - `matmul_shapes`: rank, device, op_name, m, n, k, dtype, calls, kernel_ns, align,
-      misaligned (see analyses/gpu/shapes.py).
-    - `non_tc_gemms`: rank, device, name, evidence, op_dtype, count, total_ns: GEMM kernels
-      off the Tensor Cores (analyses/gpu/gemm_units.py); `early_starts`: rank, device, linked,
-      early, early_share, max_early_ns: GPU work starting before its launch (clock.py).
+    - `bandwidth`: memory-bound operators' achieved bandwidth, where shapes are recorded
+      (analyses/gpu/bandwidth.py: bandwidth.Bandwidth).
+    - `shapes`: the matrix products' shapes, dtypes and alignment
+      (analyses/gpu/shapes.py: shapes.Shapes).
+    - `gemm_units`: the GEMM kernels off the Tensor Cores
+      (analyses/gpu/gemm_units.py: gemm_units.GemmUnits).
+    - `early_starts`: GPU work starting before its launch
+      (analyses/timeline/clock.py: clock.EarlyStarts).
     - `memory`: allocated memory's step peaks, their growth and each growing device's runway
       (analyses/gpu/memory.py: memory.Memory; empty without memory events).
     - `critical_path`: the critical path per sampled (rank, step) and the what-if scenarios
       (analyses/critical_path/critical_path.py: critical_path.CriticalPath).
-    - `copies`: rank, device, copy_kind, src_memory, dst_memory, count, bytes, time_ns, gbps.
+    - `copies`: the memory copies per device and kind, with bytes, time and bandwidth
+      (analyses/gpu/copies.py: copies.Copies).
     - `facts`: what the run context is read off (facts.RunFacts: names, kinds recorded).
     - `collective_split`: every rank's collectives matched across ranks, their time split
       into waiting for peers and transfer, exposed or not, with bytes and bus bandwidth
@@ -190,17 +133,16 @@ class Metrics:
     - `host_phases`: where the host's time goes, per steady host step and by the phase that
       launched the kernels (analyses/host/host_phases.py: host_phases.HostPhases; empty
       without CPU operators).
-    - `attention`: rank, device, n, t, s, d, causal, backward, ops, calls, kernel_ns,
-      fused_ns: attention computed by hand over n x T x S score tensors
-      (analyses/gpu/attention.py).
-    - `memory_model`: per device, the memory-bound kernels' traffic, the part a fusion
-      removes and the roof: what fixing them can save (analyses/gpu/fusion.py);
-      `fusion_patterns`: the operator sequences of the chains whose fusion saves most.
+    - `attention`: attention computed by hand over n x T x S score tensors
+      (analyses/gpu/attention.py: attention.Attention).
+    - `fusion`: per device, the memory-bound kernels' traffic, the part a fusion removes and
+      the roof, and the operator sequences of the chains whose fusion saves most
+      (analyses/gpu/fusion.py: fusion.Fusion).
     - `startup`: one-time host calls inside the windows (initialisation, a first launch
-      that loads a library) and the GPU idle under them (analyses/timeline/startup.py);
-      `startup_idle`: per device, their union (startup_ns) and the idle under it (idle_ns).
-    - `periods`: per rank, the loop's period over the steady steps, host or GPU side
-      (steady.loop_periods), with the shortest and longest step.
+      that loads a library) and, per device, their union and the GPU idle under it
+      (analyses/timeline/startup.py: startup.Startup).
+    - `periods`: per rank, the loop's period over the steady steps, host or GPU side, with
+      the shortest and longest step (analyses/timeline/steady.py: steady.Periods).
     - `balance`: the ranks' own times per steady step, the slowest rank, why, and the price
       of the imbalance (analyses/distributed/imbalance.py).
     - The impact models: what fixing a finding saves per steady step (`impact_ns`) and the
@@ -230,25 +172,22 @@ class Metrics:
     idle: Idle
     critical_path: CriticalPath
     memory: Memory
-    collectives: pl.DataFrame
-    rank_waits: pl.DataFrame
-    copies: pl.DataFrame
+    communication: Communication
+    copies: Copies
     slowest_rank: int | None
-    bandwidth: pl.DataFrame
-    matmul_shapes: pl.DataFrame
-    non_tc_gemms: pl.DataFrame
-    early_starts: pl.DataFrame
+    bandwidth: Bandwidth
+    shapes: Shapes
+    gemm_units: GemmUnits
+    early_starts: EarlyStarts
     facts: RunFacts
     collective_split: CollectiveSplit
     flops: Flops
     host_phases: HostPhases
-    attention: pl.DataFrame
+    attention: Attention
     balance: RankBalance
-    memory_model: pl.DataFrame
-    fusion_patterns: pl.DataFrame
-    startup: pl.DataFrame
-    startup_idle: pl.DataFrame
-    periods: pl.DataFrame
+    fusion: Fusion
+    startup: Startup
+    periods: Periods
     memory_impact_model: MemoryImpact
     sync_model: tuple[SyncImpact, ...]
     pageable_model: tuple[PageableImpact, ...]
@@ -260,9 +199,3 @@ class Metrics:
     host_wait_model: tuple[HostWaitImpact, ...]
     launch_model: tuple[LaunchImpact, ...]
     startup_model: tuple[DeviceStartup, ...]
-
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, pl.DataFrame):
-                check_frame(f.name, value)

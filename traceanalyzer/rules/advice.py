@@ -67,7 +67,7 @@ def decoding(ctx: Context) -> bool:
     recorded shapes in products of fewer than DECODE_ROWS rows."""
     if ctx.run.get("fused_optimizer") is not None:
         return False
-    few, total = fewer_rows_ns(ctx.metrics.matmul_shapes, DECODE_ROWS)
+    few, total = fewer_rows_ns(ctx.metrics.shapes.matmuls, DECODE_ROWS)
     return bool(total) and few > total / 2
 
 

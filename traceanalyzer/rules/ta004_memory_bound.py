@@ -104,7 +104,7 @@ class MemoryBound(Rule):
         bound = classes.get("memory_bound", 0)
         if not compute or bound / compute < t.min_memory_bound_share:
             return
-        top = top_operators(ctx.metrics.bandwidth, t.top_operators)
+        top = top_operators(ctx.metrics.bandwidth.operators, t.top_operators)
         m = ctx.metrics.memory_impact_model
         price, ceiling, model, chain = m.impact_ns, m.ceiling_ns, m.model, m.top_chain
         layer = named_layer(m.patterns)

@@ -98,13 +98,15 @@ class NoTensorCores(Rule):
             if off <= 0 or off / gemm < t.min_non_tc_share:
                 continue
             rank, device = d.rank, d.device
-            kernels = non_tc_kernels(ctx.metrics.non_tc_gemms, rank, device, t.top_kernels)
+            kernels = non_tc_kernels(
+                ctx.metrics.gemm_units.off_tensor_cores, rank, device, t.top_kernels
+            )
             fp32 = any(
                 k["op_dtype"] == "fp32" or "sgemm" in k["name"].lower() or "scudnn" in k["evidence"]
                 for k in kernels
             )
             half = any(k["op_dtype"] == "half" for k in kernels)
-            odd = has_misaligned(ctx.metrics.matmul_shapes, rank, device)
+            odd = has_misaligned(ctx.metrics.shapes.matmuls, rank, device)
             why = "; ".join(f"{_short(k['name'])} ({k['evidence']})" for k in kernels)
             yield self.finding(
                 ctx,

@@ -251,7 +251,7 @@ class TraceQuality(Rule):
             )
 
     def _clock(self, ctx: Context, t: Thresholds) -> Iterable[Finding]:
-        for r in ctx.metrics.early_starts.iter_rows(named=True):
+        for r in ctx.metrics.early_starts.summary.iter_rows(named=True):
             if not r["linked"] or r["early_share"] <= t.max_early_start_share:
                 continue
             yield self.finding(

@@ -107,7 +107,7 @@ class UnfusedAttention(Rule):
     ]
 
     def check(self, ctx: Context, t: Thresholds) -> Iterable[Finding]:
-        att = ctx.metrics.attention
+        att = ctx.metrics.attention.unfused
         if att.height == 0:
             return
         rates = {

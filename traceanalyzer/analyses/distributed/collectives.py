@@ -362,7 +362,7 @@ def overlap_impact(
     already hides communication), so the price is min(hideable, compute alone) and the
     ceiling min(exposed, compute alone), per steady step.
 
-    `collectives`: Metrics.collectives; `split`: the collectives matched across ranks;
+    `collectives`: Metrics.communication.collectives; `split`: the collectives matched across ranks;
     `savings`: the what-ifs' mean savings; `counts`: the steps each device's window holds."""
     matched = split.matched
     per_rank = {r["rank"]: r for r in split.per_rank.iter_rows(named=True)}

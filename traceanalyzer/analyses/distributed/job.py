@@ -19,6 +19,8 @@ from traceanalyzer.analyses.critical_path import critical_path
 from traceanalyzer.analyses.distributed import collectives, imbalance, overlap
 from traceanalyzer.analyses.distributed.rank import Flagged, Options, RankPart
 from traceanalyzer.analyses.gpu import (
+    attention,
+    bandwidth,
     casts,
     copies,
     devices,
@@ -32,7 +34,7 @@ from traceanalyzer.analyses.gpu import (
 )
 from traceanalyzer.analyses.host import host_bound, host_phases
 from traceanalyzer.analyses.metrics import Metrics
-from traceanalyzer.analyses.timeline import startup, steady, windows
+from traceanalyzer.analyses.timeline import clock, startup, steady, windows
 from traceanalyzer.analyses.timeline.windows import DEVICE_KEY, step_counts
 from traceanalyzer.timings import stage
 
@@ -206,8 +208,7 @@ def _merge(
             timeline_bins=bins,
             launch_gap_max_ns=opts.launch_gap_max_ns,
         ),
-        collectives=per_device_comm,
-        rank_waits=rank_waits,
+        communication=overlap.Communication(collectives=per_device_comm, rank_waits=rank_waits),
         collective_split=split,
         flops=flops.device_flops(
             _concat(parts, "op_flops"),
@@ -217,19 +218,19 @@ def _merge(
             dev.select(*key, "gemm_ns"),
         ),
         host_phases=phases,
-        attention=_concat(parts, "attention"),
-        memory_model=mem_model,
-        fusion_patterns=mem_patterns,
-        startup=once,
-        periods=steady.loop_periods(_concat(parts, "step_hosts"), steps),
-        startup_idle=once_idle,
+        attention=attention.Attention(unfused=_concat(parts, "attention")),
+        fusion=fusion.Fusion(model=mem_model, patterns=mem_patterns),
+        startup=startup.Startup(calls=once, idle=once_idle),
+        periods=steady.Periods(per_rank=steady.loop_periods(_concat(parts, "step_hosts"), steps)),
         balance=balance,
-        copies=copied,
+        copies=copies.Copies(summary=copied),
         slowest_rank=slowest,
-        bandwidth=_longest_first(parts, "bandwidth", ["rank", "device", "op_name"]),
-        matmul_shapes=matmuls,
-        non_tc_gemms=_concat(parts, "non_tc_gemms"),
-        early_starts=_concat(parts, "early_starts"),
+        bandwidth=bandwidth.Bandwidth(
+            operators=_longest_first(parts, "bandwidth", ["rank", "device", "op_name"])
+        ),
+        shapes=shapes.Shapes(matmuls=matmuls),
+        gemm_units=gemm_units.GemmUnits(off_tensor_cores=_concat(parts, "non_tc_gemms")),
+        early_starts=clock.EarlyStarts(summary=_concat(parts, "early_starts")),
         critical_path=critical_path.CriticalPath.of(paths),
         memory=memory.Memory(peaks=peaks, growth=grown, runway=memory.runway(grown, peaks, infos)),
         facts=facts,

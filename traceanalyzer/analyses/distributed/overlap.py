@@ -8,8 +8,12 @@ The intersection is the compute union's time inside each merged communication in
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 import polars as pl
 
+from traceanalyzer.analyses.timeline.frames import Schemas, check_frames
 from traceanalyzer.analyses.timeline.intervals import busy_before, union
 from traceanalyzer.analyses.timeline.windows import DEVICE_KEY
 
@@ -174,3 +178,40 @@ def rank_imbalance(kernels: pl.LazyFrame) -> pl.LazyFrame:
         )
         .sort("rank")
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Communication:
+    """Each device's collectives and each rank's wait inside them (Metrics.communication).
+
+    - `collectives`: rank, device, collective, count, total_ns, exposed_ns, msg_bytes: per
+      device and collective, its time and the part no compute overlaps (`per_collective`).
+    - `rank_waits`: rank, collectives, comm_ns, wait_ns: per rank, its time in collectives
+      and the part spent waiting for other ranks (`rank_imbalance`; empty for a single rank).
+
+    Its frames are checked against `SCHEMAS` when it is built.
+    """
+
+    SCHEMAS: ClassVar[Schemas] = {
+        "collectives": {
+            "rank": pl.Int32,
+            "device": pl.Int32,
+            "collective": pl.Enum,
+            "count": pl.Int64,
+            "total_ns": pl.Int64,
+            "exposed_ns": pl.Int64,
+            "msg_bytes": pl.Int64,
+        },
+        "rank_waits": {
+            "rank": pl.Int32,
+            "collectives": pl.Int64,
+            "comm_ns": pl.Int64,
+            "wait_ns": pl.Int64,
+        },
+    }
+
+    collectives: pl.DataFrame
+    rank_waits: pl.DataFrame
+
+    def __post_init__(self) -> None:
+        check_frames(self, "Metrics.communication", self.SCHEMAS)

@@ -25,12 +25,14 @@ uses the fast path already.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import polars as pl
 
 from traceanalyzer.analyses.gpu.classify import CLASS_PATTERNS
 from traceanalyzer.analyses.gpu.operators import launch_ops, shaped_ops
+from traceanalyzer.analyses.timeline.frames import Schemas, check_frames
 from traceanalyzer.analyses.timeline.windows import DEVICE_KEY
 from traceanalyzer.model import Timeline
 
@@ -229,3 +231,37 @@ def fused_rate(flops: Mapping[str, Any] | None) -> tuple[float | None, str]:
             f"at {FUSED_SHARE_OF_PEAK:.0%} of the GPU's peak",
         )
     return None, "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class Attention:
+    """Attention computed by hand over n x T x S score tensors (Metrics.attention).
+
+    - `unfused`: rank, device, n, t, s, d, causal, backward, ops, calls, kernel_ns,
+      fused_ns: per device and shape, its operators, calls and kernel time and what a fused
+      kernel would take (`unfused_attention`).
+
+    Its frame is checked against `SCHEMAS` when it is built.
+    """
+
+    SCHEMAS: ClassVar[Schemas] = {
+        "unfused": {
+            "rank": pl.Int32,
+            "device": pl.Int32,
+            "n": pl.Int64,
+            "t": pl.Int64,
+            "s": pl.Int64,
+            "d": pl.Int64,
+            "causal": pl.Boolean,
+            "backward": pl.Boolean,
+            "ops": pl.Int64,
+            "calls": pl.Int64,
+            "kernel_ns": pl.Int64,
+            "fused_ns": pl.Int64,
+        }
+    }
+
+    unfused: pl.DataFrame
+
+    def __post_init__(self) -> None:
+        check_frames(self, "Metrics.attention", self.SCHEMAS)

@@ -23,7 +23,8 @@ GDDR, dense).
 from __future__ import annotations
 
 import re
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import polars as pl
 
@@ -35,6 +36,7 @@ from traceanalyzer.analyses.gpu.operators import (
     operator_rows,
     with_shapes,
 )
+from traceanalyzer.analyses.timeline.frames import Schemas, check_frames
 from traceanalyzer.analyses.timeline.windows import DEVICE_KEY
 from traceanalyzer.model import DeviceInfo, Timeline
 
@@ -369,6 +371,40 @@ def memory_bound_bandwidth(
 
 def top_operators(bandwidth: pl.DataFrame, n: int) -> list[dict[str, Any]]:
     """The `n` memory-bound operators with the most kernel time (`memory_bound_bandwidth`
-    sorts them: Metrics.bandwidth), with their achieved bandwidth and share of the peak."""
+    sorts them: Metrics.bandwidth.operators), with their achieved bandwidth and share of
+    the peak."""
     cols = ["rank", "device", "op_name", "ops", "kernel_ns", "gbps", "share_of_peak"]
     return bandwidth.head(n).select(cols).to_dicts()
+
+
+@dataclass(frozen=True, slots=True)
+class Bandwidth:
+    """The memory-bound operators' achieved bandwidth, where shapes are recorded
+    (Metrics.bandwidth).
+
+    - `operators`: rank, device, op_name, ops, kernel_ns, bytes, gbps, peak_gbps,
+      beyond_peak, share_of_peak: per device and operator, longest first
+      (`memory_bound_bandwidth`).
+
+    Its frame is checked against `SCHEMAS` when it is built.
+    """
+
+    SCHEMAS: ClassVar[Schemas] = {
+        "operators": {
+            "rank": pl.Int32,
+            "device": pl.Int32,
+            "op_name": pl.String,
+            "ops": pl.Int64,
+            "kernel_ns": pl.Int64,
+            "bytes": pl.Int64,
+            "gbps": pl.Float64,
+            "peak_gbps": pl.Float64,
+            "beyond_peak": pl.Boolean,
+            "share_of_peak": pl.Float64,
+        }
+    }
+
+    operators: pl.DataFrame
+
+    def __post_init__(self) -> None:
+        check_frames(self, "Metrics.bandwidth", self.SCHEMAS)

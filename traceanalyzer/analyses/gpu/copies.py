@@ -4,9 +4,11 @@ what pinning the pageable host-to-device copies saves (`pageable_impact`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import polars as pl
 
+from traceanalyzer.analyses.timeline.frames import Schemas, check_frames
 from traceanalyzer.analyses.timeline.intervals import overlaps
 from traceanalyzer.analyses.timeline.windows import DEVICE_KEY, StepCounts
 from traceanalyzer.model import Kind
@@ -91,7 +93,7 @@ def pageable_impact(copies: pl.DataFrame, counts: StepCounts) -> tuple[PageableI
     `non_blocking=True` the pinned copy can also run beside compute, which may hide the rest;
     the host's time staging the data is not counted.
 
-    `copies`: Metrics.copies; `counts`: the steps each device's window holds."""
+    `copies`: Metrics.copies.summary; `counts`: the steps each device's window holds."""
     htod = copies.filter(pl.col("copy_kind") == "HtoD")
 
     def by_device(memory: str) -> pl.DataFrame:
@@ -133,3 +135,34 @@ def _pinned_gbps(size: int | None, time: int | None) -> tuple[float, str]:
     if size >= MIN_PINNED_BYTES and time:
         return max(size / time, PINNED_GBPS / 4), "this trace's pinned copies"
     return PINNED_GBPS, "PCIe 4.0 x16 (no pinned copies in the trace)"
+
+
+@dataclass(frozen=True, slots=True)
+class Copies:
+    """The memory copies in the windows (Metrics.copies).
+
+    - `summary`: rank, device, copy_kind, src_memory, dst_memory, count, bytes, time_ns,
+      gbps: per device and kind of copy, their count, bytes, time and achieved bandwidth
+      (`memcpy_summary`).
+
+    Its frame is checked against `SCHEMAS` when it is built.
+    """
+
+    SCHEMAS: ClassVar[Schemas] = {
+        "summary": {
+            "rank": pl.Int32,
+            "device": pl.Int32,
+            "copy_kind": pl.String,
+            "src_memory": pl.String,
+            "dst_memory": pl.String,
+            "count": pl.Int64,
+            "bytes": pl.Int64,
+            "time_ns": pl.Int64,
+            "gbps": pl.Float64,
+        }
+    }
+
+    summary: pl.DataFrame
+
+    def __post_init__(self) -> None:
+        check_frames(self, "Metrics.copies", self.SCHEMAS)

@@ -40,12 +40,13 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import polars as pl
 
 from traceanalyzer.analyses.gpu.bandwidth import operator_bytes, peak_bandwidth_gbps
 from traceanalyzer.analyses.gpu.operators import launch_ops
+from traceanalyzer.analyses.timeline.frames import Schemas, check_frames
 from traceanalyzer.analyses.timeline.windows import DEVICE_KEY, StepCounts
 from traceanalyzer.model import DeviceInfo, Timeline
 
@@ -302,7 +303,7 @@ class MemoryImpact:
     """What fusing the memory-bound kernels saves, on the device where it saves most (TA004's
     impact model, `memory_impact`).
 
-    - `model`: that device's `memory_bound_model` row (Metrics.memory_model; None without
+    - `model`: that device's `memory_bound_model` row (Metrics.fusion.model; None without
       memory-bound kernels);
     - `impact_ns`, `ceiling_ns`: its price and ceiling per step (`price_per_step`);
     - `top_chain`: its chain pattern whose fusion saves most (pattern, chains_per_step, ops,
@@ -327,8 +328,8 @@ def memory_impact(
     """The MemoryImpact of the device whose fix saves most (the first such in `model`'s order
     on a tie). Each device is priced by `price_per_step` over its steps (`counts`), with the
     rank's `memory_bound_2x` what-if (`savings`) and the rank's mean memory-bound time on
-    the critical path (`critical_steps`). `model`, `patterns`: Metrics.memory_model and
-    .fusion_patterns."""
+    the critical path (`critical_steps`). `model`, `patterns`: Metrics.fusion.model and
+    .patterns."""
     best: tuple[int | None, int | None, dict[str, Any] | None] = (None, None, None)
     for row in model.iter_rows(named=True):
         rank, device = row["rank"], row["device"]
@@ -397,3 +398,26 @@ def named_layer(patterns: Sequence[str]) -> tuple[str, str] | None:
             if re.search(regex, pattern):
                 return what, fix
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class Fusion:
+    """The memory-bound kernels' traffic and what fusing them saves (Metrics.fusion).
+
+    - `model`: rank, device, memory_bound_ns, known_ns, unknown_ns, bytes,
+      intermediate_bytes, fused_bytes, chains, chain_ops, achieved_gbps, peak_gbps,
+      floor_ns, fusible_share, saving_ns, ceiling_ns: per device, the traffic, the part a
+      fusion removes and the roof (`memory_bound_model`, SCHEMA).
+    - `patterns`: rank, device, pattern, chains, ops, kernel_ns, saving_ns: the operator
+      sequences of the chains whose fusion saves most (PATTERN_SCHEMA).
+
+    Its frames are checked against `SCHEMAS` when it is built.
+    """
+
+    SCHEMAS: ClassVar[Schemas] = {"model": SCHEMA, "patterns": PATTERN_SCHEMA}
+
+    model: pl.DataFrame
+    patterns: pl.DataFrame
+
+    def __post_init__(self) -> None:
+        check_frames(self, "Metrics.fusion", self.SCHEMAS)

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import polars as pl
 
 from traceanalyzer.analyses.gpu.tensor_cores import DEPTHWISE_EVIDENCE
+from traceanalyzer.analyses.timeline.frames import Schemas, check_frames
 from traceanalyzer.analyses.timeline.windows import DEVICE_KEY, StepCounts
 
 #: How many kernels per device the summary keeps.
@@ -57,7 +58,7 @@ def non_tensor_core_gemms(kernels: pl.DataFrame, top_n: int = DEFAULT_TOP_NON_TC
 def non_tc_kernels(non_tc: pl.DataFrame, rank: int, device: int, n: int) -> list[dict[str, Any]]:
     """The first `n` GEMM kernels of (rank, device) judged off the Tensor Cores, with their
     evidence (name, evidence, op_dtype, count, total_ns): `non_tc` is
-    `non_tensor_core_gemms`' summary (Metrics.non_tc_gemms), most time first."""
+    `non_tensor_core_gemms`' summary (Metrics.gemm_units.off_tensor_cores), most time first."""
     cols = ["name", "evidence", "op_dtype", "count", "total_ns"]
     mine = non_tc.filter((pl.col("rank") == rank) & (pl.col("device") == device))
     return mine.head(n).select(cols).to_dicts()
@@ -139,3 +140,31 @@ def tensor_core_impact(
             )
         )
     return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class GemmUnits:
+    """The GEMM kernels off the Tensor Cores (Metrics.gemm_units).
+
+    - `off_tensor_cores`: rank, device, name, evidence, op_dtype, count, total_ns: per
+      device and kernel name, most time first (`non_tensor_core_gemms`).
+
+    Its frame is checked against `SCHEMAS` when it is built.
+    """
+
+    SCHEMAS: ClassVar[Schemas] = {
+        "off_tensor_cores": {
+            "rank": pl.Int32,
+            "device": pl.Int32,
+            "name": pl.String,
+            "evidence": pl.String,
+            "op_dtype": pl.String,
+            "count": pl.Int64,
+            "total_ns": pl.Int64,
+        }
+    }
+
+    off_tensor_cores: pl.DataFrame
+
+    def __post_init__(self) -> None:
+        check_frames(self, "Metrics.gemm_units", self.SCHEMAS)

@@ -19,10 +19,12 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import polars as pl
 
 from traceanalyzer.analyses.gpu.operators import launch_ops, shaped_ops
+from traceanalyzer.analyses.timeline.frames import Schemas, check_frames
 from traceanalyzer.analyses.timeline.windows import DEVICE_KEY, StepCounts
 from traceanalyzer.model import DeviceInfo, Timeline
 
@@ -108,13 +110,13 @@ def matmul_shapes(timeline: Timeline, kernels: pl.DataFrame) -> pl.DataFrame:
 
 def fewer_rows_ns(shapes: pl.DataFrame, rows: int) -> tuple[int, int]:
     """The kernel time of the matmul shapes with fewer than `rows` rows (M), and of all of
-    them (`shapes`: Metrics.matmul_shapes): products of a few rows are tokens being decoded."""
+    them (`shapes`: Metrics.shapes.matmuls): products of a few rows are tokens being decoded."""
     total = int(shapes["kernel_ns"].sum() or 0)
     return int(shapes.filter(pl.col("m") < rows)["kernel_ns"].sum() or 0), total
 
 
 def has_misaligned(shapes: pl.DataFrame, rank: int, device: int) -> bool:
-    """Whether (rank, device) runs a misaligned matmul shape (`shapes`: Metrics.matmul_shapes)."""
+    """Whether (rank, device) runs a misaligned matmul shape (`shapes`: Metrics.shapes.matmuls)."""
     mine = (pl.col("rank") == rank) & (pl.col("device") == device)
     return shapes.filter(mine & pl.col("misaligned").is_not_null()).height > 0
 
@@ -141,7 +143,7 @@ class ShapeImpact:
     `shape_impact`).
 
     - `gemm_ns`, `kernel_ns`: the device's GEMM-class and all kernel time (Metrics.devices);
-    - `misaligned`: its misaligned shapes (Metrics.matmul_shapes' rows and order), matrix-
+    - `misaligned`: its misaligned shapes (Metrics.shapes.matmuls' rows and order), matrix-
       vector products left out (only M misaligned, with fewer rows than the tile: M = 1
       while decoding one token at a time; padding M would do 8x the work in the same time);
       `misaligned_ns`: their kernel time;
@@ -183,7 +185,7 @@ def shape_impact(
     peak (PEAK_FLOPS, by the device's name in `infos`). `bmm` shapes leave out their batch,
     so their excess is not counted.
 
-    `shapes`: Metrics.matmul_shapes; `counts`: the steps each device's window holds."""
+    `shapes`: Metrics.shapes.matmuls; `counts`: the steps each device's window holds."""
     gemv = (pl.col("misaligned") == "M") & (pl.col("m") < pl.col("align"))
     odd_shapes = shapes.filter(pl.col("misaligned").is_not_null() & ~gemv)
     names = {(d.rank, d.device): d.name for d in infos}
@@ -257,3 +259,35 @@ def _token_rows(shapes: pl.DataFrame) -> frozenset[int]:
     """Row counts of the linear layers' inputs (batch x tokens)."""
     rows = shapes.filter(pl.col("op_name").is_in(["aten::linear", "aten::addmm"]))["m"]
     return frozenset(int(v) for v in rows.drop_nulls().to_list())
+
+
+@dataclass(frozen=True, slots=True)
+class Shapes:
+    """The matrix products' shapes (Metrics.shapes).
+
+    - `matmuls`: rank, device, op_name, m, n, k, dtype, calls, kernel_ns, align,
+      misaligned: per device, operator, shape and dtype, longest first (`matmul_shapes`).
+
+    Its frame is checked against `SCHEMAS` when it is built.
+    """
+
+    SCHEMAS: ClassVar[Schemas] = {
+        "matmuls": {
+            "rank": pl.Int32,
+            "device": pl.Int32,
+            "op_name": pl.String,
+            "m": pl.Int64,
+            "n": pl.Int64,
+            "k": pl.Int64,
+            "dtype": pl.String,
+            "calls": pl.Int64,
+            "kernel_ns": pl.Int64,
+            "align": pl.Int64,
+            "misaligned": pl.String,
+        }
+    }
+
+    matmuls: pl.DataFrame
+
+    def __post_init__(self) -> None:
+        check_frames(self, "Metrics.shapes", self.SCHEMAS)

@@ -9,8 +9,11 @@ The first room of the analyses: it imports nothing of the others. Its public res
   work;
 - `steady.SteadyState` and `steady.StepTable`: the warm-up and outlier steps left out of the
   window;
-- `startup.DeviceStartup`: one-time work (start-up that is not the loop) inside the window;
-- `clock.early_starts`: GPU work that starts before the host call that launched it;
+- `startup.Startup` (Metrics.startup) and `startup.DeviceStartup`: one-time work (start-up
+  that is not the loop) inside the window and the GPU idle under it;
+- `steady.Periods` (Metrics.periods): the loop's period per rank;
+- `clock.EarlyStarts` (Metrics.early_starts): GPU work that starts before the host call that
+  launched it;
 - `intervals`: the interval algebra (unions, busy time before t) the other rooms share;
 - `frames.check_frames`: the check of a typed result's frames against its declared
   `SCHEMAS`, which every room's result types run when they are built.

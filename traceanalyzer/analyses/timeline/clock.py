@@ -10,8 +10,12 @@ than a tolerance before its launch counts.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 import polars as pl
 
+from traceanalyzer.analyses.timeline.frames import Schemas, check_frames
 from traceanalyzer.analyses.timeline.windows import DEVICE_KEY
 from traceanalyzer.model import Timeline
 
@@ -50,3 +54,31 @@ def early_starts(
         .sort(DEVICE_KEY)
         .collect()
     )
+
+
+@dataclass(frozen=True, slots=True)
+class EarlyStarts:
+    """GPU work that starts before the host call that launched it (Metrics.early_starts).
+
+    - `summary`: rank, device, linked, early, early_share, max_early_ns: per device, the
+      linked launches, how many start early, their share and the earliest
+      (`early_starts`).
+
+    Its frame is checked against `SCHEMAS` when it is built.
+    """
+
+    SCHEMAS: ClassVar[Schemas] = {
+        "summary": {
+            "rank": pl.Int32,
+            "device": pl.Int32,
+            "linked": pl.Int64,
+            "early": pl.Int64,
+            "early_share": pl.Float64,
+            "max_early_ns": pl.Int64,
+        }
+    }
+
+    summary: pl.DataFrame
+
+    def __post_init__(self) -> None:
+        check_frames(self, "Metrics.early_starts", self.SCHEMAS)

@@ -29,10 +29,11 @@ leaves it out of its price, and TA012 names it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import polars as pl
 
+from traceanalyzer.analyses.timeline.frames import Schemas, check_frames
 from traceanalyzer.analyses.timeline.intervals import clipped_ns, union
 from traceanalyzer.analyses.timeline.steady import ONE_TIME_WORK
 from traceanalyzer.model import Kind, Timeline
@@ -270,8 +271,8 @@ def per_device(
     devices: pl.DataFrame, calls: pl.DataFrame, idle: pl.DataFrame
 ) -> tuple[DeviceStartup, ...]:
     """Each device's DeviceStartup, in the order of `devices` (Metrics.devices.summary). `calls`:
-    `one_time_calls`' rows, longest first (Metrics.startup); `idle`: `idle_per_device`'s
-    (Metrics.startup_idle)."""
+    `one_time_calls`' rows, longest first (Metrics.startup.calls); `idle`: `idle_per_device`'s
+    (Metrics.startup.idle)."""
     out = []
     for d in devices.iter_rows(named=True):
         rank, device = d["rank"], d["device"]
@@ -304,3 +305,25 @@ def _outermost(calls: pl.DataFrame, n: int) -> list[dict[str, Any]]:
         if len(kept) == n:
             break
     return kept
+
+
+@dataclass(frozen=True, slots=True)
+class Startup:
+    """One-time host calls inside the windows and the GPU idle under them (Metrics.startup).
+
+    - `calls`: rank, device, name, op_name, start_ns, end_ns, dur_ns, idle_ns: each
+      one-time call (initialisation, a first launch that loads a library), longest first
+      (`one_time_calls`, SCHEMA).
+    - `idle`: rank, device, startup_ns, idle_ns: per device, their union and the idle under
+      it (`idle_per_device`, IDLE_SCHEMA).
+
+    Its frames are checked against `SCHEMAS` when it is built.
+    """
+
+    SCHEMAS: ClassVar[Schemas] = {"calls": SCHEMA, "idle": IDLE_SCHEMA}
+
+    calls: pl.DataFrame
+    idle: pl.DataFrame
+
+    def __post_init__(self) -> None:
+        check_frames(self, "Metrics.startup", self.SCHEMAS)

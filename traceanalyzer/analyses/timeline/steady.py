@@ -32,10 +32,12 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from typing import ClassVar
 
 import polars as pl
 
 from traceanalyzer.analyses.timeline import windows
+from traceanalyzer.analyses.timeline.frames import Schemas, check_frames
 from traceanalyzer.analyses.timeline.intervals import in_ranges, union
 from traceanalyzer.model import Kind, Timeline
 
@@ -441,3 +443,22 @@ def loop_periods(hosts: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
         .sort("rank")
         .cast(PERIOD_SCHEMA)  # type: ignore[arg-type]
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Periods:
+    """The loop's period per rank (Metrics.periods).
+
+    - `per_rank`: rank, steps, host_period_ns, gpu_period_ns, period_ns, min_ns, max_ns:
+      the period over the steady steps, host or GPU side, with the shortest and longest
+      step (`loop_periods`, PERIOD_SCHEMA).
+
+    Its frame is checked against `SCHEMAS` when it is built.
+    """
+
+    SCHEMAS: ClassVar[Schemas] = {"per_rank": PERIOD_SCHEMA}
+
+    per_rank: pl.DataFrame
+
+    def __post_init__(self) -> None:
+        check_frames(self, "Metrics.periods", self.SCHEMAS)

@@ -60,6 +60,7 @@ from traceanalyzer.analyses.gpu.classify import (
 )
 from traceanalyzer.analyses.gpu.operators import collective_launches
 from traceanalyzer.analyses.timeline.intervals import in_ranges
+from traceanalyzer.analyses.timeline.windows import CRITICAL_PATH_COLUMNS
 from traceanalyzer.model import Kind, Timeline
 from traceanalyzer.timings import stage
 
@@ -143,15 +144,7 @@ def gpu_ops(
         else work.lazy().rename({"launch_ns": "launch_start_ns"})
     )
     links = source.select(
-        "rank",
-        "device",
-        "stream",
-        "kind",
-        "name",
-        "start_ns",
-        "end_ns",
-        "correlation",
-        "collective",
+        *CRITICAL_PATH_COLUMNS,
         launch_start_ns="launch_start_ns",
         launch_end_ns="launch_end_ns",
         pid="launch_pid",

@@ -244,22 +244,7 @@ class Attention:
     Its frame is checked against `SCHEMAS` when it is built.
     """
 
-    SCHEMAS: ClassVar[Schemas] = {
-        "unfused": {
-            "rank": pl.Int32,
-            "device": pl.Int32,
-            "n": pl.Int64,
-            "t": pl.Int64,
-            "s": pl.Int64,
-            "d": pl.Int64,
-            "causal": pl.Boolean,
-            "backward": pl.Boolean,
-            "ops": pl.Int64,
-            "calls": pl.Int64,
-            "kernel_ns": pl.Int64,
-            "fused_ns": pl.Int64,
-        }
-    }
+    SCHEMAS: ClassVar[Schemas] = {"unfused": _SCHEMA}
 
     unfused: pl.DataFrame
 

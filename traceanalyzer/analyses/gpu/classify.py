@@ -40,11 +40,12 @@ Everything here is a polars expression: the table is looped over once to build o
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import polars as pl
 from polars.expr.whenthen import ChainedThen, Then
+
+from traceanalyzer.analyses.timeline.frames import per_distinct
 
 KERNEL_CLASSES: tuple[str, ...] = ("gemm", "memory_bound", "copy_cast", "comm", "other")
 KERNEL_CLASS = pl.Enum(list(KERNEL_CLASSES))
@@ -319,22 +320,6 @@ def _first_match(
     for key, regex in rows:
         chain = chain.when(text.str.contains(f"(?i){regex}")).then(pl.lit(key))
     return chain.otherwise(pl.lit(default)).cast(dtype)
-
-
-def per_distinct(
-    name: pl.Expr, decide: Callable[[pl.Expr], pl.Expr], dtype: pl.DataType
-) -> pl.Expr:
-    """Apply `decide` to the distinct values of `name` only, then map every row.
-
-    Kernel names repeat (a trace of millions of kernels has a few hundred distinct names)
-    and are long, so the regex tables run once per distinct name instead of once per row.
-    Both sides keep first-occurrence order, so they line up. Keeps `name`'s output name.
-    """
-    # As Categorical (the timeline's dtype already), `unique` and the mapping hash small
-    # integers, not long strings; `decide` may refer to the distinct values many times.
-    key = name.cast(pl.Categorical())
-    distinct = key.unique(maintain_order=True)
-    return key.replace_strict(distinct, decide(distinct), return_dtype=dtype)
 
 
 def class_rule_of(text: pl.Expr) -> pl.Expr:

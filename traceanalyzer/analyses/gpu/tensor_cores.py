@@ -67,10 +67,10 @@ from traceanalyzer.analyses.gpu.classify import (
     TENSOROP_REGEX,
     class_of,
     kernel_base_name,
-    per_distinct,
     with_launching_op,
 )
 from traceanalyzer.analyses.gpu.devices import share
+from traceanalyzer.analyses.timeline.frames import per_distinct
 from traceanalyzer.model import Kind, Timeline
 
 TC_VERDICT = pl.Enum(["tc", "no", "unknown"])

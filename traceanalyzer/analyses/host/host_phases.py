@@ -27,7 +27,7 @@ from typing import ClassVar
 
 import polars as pl
 
-from traceanalyzer.analyses.timeline.frames import Schemas, check_frames
+from traceanalyzer.analyses.timeline.frames import Schemas, check_frames, per_distinct
 from traceanalyzer.analyses.timeline.intervals import in_ranges
 from traceanalyzer.model import Kind, Timeline
 
@@ -97,12 +97,6 @@ def _phase_of_name(name: pl.Expr) -> pl.Expr:
     )
 
 
-#: The timeline's names as categories, and their distinct values in order of appearance
-#: (as `classify.per_distinct` maps them, which this room may not import)
-_key = pl.col("name").cast(pl.Categorical())
-_distinct = _key.unique(maintain_order=True)
-
-
 def segments(timeline: Timeline, markers: pl.LazyFrame) -> pl.LazyFrame:
     """The host steps cut into segments: rank, step, t (start), seg (length), phase."""
     host = (
@@ -112,7 +106,7 @@ def segments(timeline: Timeline, markers: pl.LazyFrame) -> pl.LazyFrame:
             "rank",
             "kind",
             # the regexes once per distinct name (as text per row, they took most of this)
-            named=_key.replace_strict(_distinct, _phase_of_name(_distinct), return_dtype=pl.String),
+            named=per_distinct(pl.col("name"), _phase_of_name, pl.String()),
             start_ns="start_ns",
             end_ns="end_ns",
         )

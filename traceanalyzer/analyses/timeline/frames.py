@@ -8,7 +8,7 @@ or retyped column fails at the analysis that made it, not silently in the publis
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import polars as pl
@@ -61,3 +61,19 @@ def check_frames(
     for name, declared in schemas.items():
         extra = (optional or {}).get(name)
         check_schema(f"{label}.{name}", getattr(result, name), declared, extra)
+
+
+def per_distinct(
+    name: pl.Expr, decide: Callable[[pl.Expr], pl.Expr], dtype: pl.DataType
+) -> pl.Expr:
+    """Apply `decide` to the distinct values of `name` only, then map every row.
+
+    Kernel names repeat (a trace of millions of kernels has a few hundred distinct names)
+    and are long, so the regex tables run once per distinct name instead of once per row.
+    Both sides keep first-occurrence order, so they line up. Keeps `name`'s output name.
+    """
+    # As Categorical (the timeline's dtype already), `unique` and the mapping hash small
+    # integers, not long strings; `decide` may refer to the distinct values many times.
+    key = name.cast(pl.Categorical())
+    distinct = key.unique(maintain_order=True)
+    return key.replace_strict(distinct, decide(distinct), return_dtype=dtype)

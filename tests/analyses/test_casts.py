@@ -114,3 +114,106 @@ def test_gradient_accumulation_repeats_the_casts_not_the_master_copy(tmp_path: P
     assert s.weights_ns == 3 * 18_000 and s.activations_ns == 3 * 9_000
     assert s.master_copy_ns == 16_000
     assert s.bf16_params_ns == 3 * 27_000 - 16_000
+
+
+ADD = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>"
+
+
+def _op(
+    ts: float, corr: int, name: str, types: list[str], kernel_ts: float, us: float
+) -> list[Event]:
+    """An operator at `ts` with inputs of `types`, launching a `us` long memory-bound kernel."""
+    shapes = [[512, 1024] for _ in types]
+    return [
+        cpu_op(ts, 3, name, **{"External id": corr, "Input Dims": shapes, "Input type": types}),
+        *launched(ts + 0.5, kernel_ts, us, corr, ADD),
+    ]
+
+
+def _fp32_step(weights: bool) -> list[Event]:
+    """A step whose memory-bound kernels are: an fp32 residual add (7 µs) and an fp32 norm
+    (3 µs), both halved by bf16 parameters; a bf16 add (5 µs), the loss's fp32 log_softmax
+    (4 µs), the fused optimizer (6 µs) and an fp32 op inside Optimizer.step (2 µs), which
+    stay as they are. With `weights`, autocast casts an fp32 weight (the regime priced)."""
+    events: list[Event] = [step(1, 0, 400)]
+    if weights:
+        events += _pass(10, 1)
+    events += [
+        *_op(100, 50, "aten::add", [F32, BF16, "Scalar"], 1100, 7),
+        *_op(110, 51, "aten::native_layer_norm", [F32, "", F32, F32], 1107, 3),
+        *_op(120, 52, "aten::add", [BF16, BF16, "Scalar"], 1110, 5),
+        *_op(130, 53, "aten::_log_softmax", [F32, "Int", "Bool"], 1115, 4),
+        *_op(140, 54, "aten::_fused_adamw_", [F32, F32, F32], 1119, 6),
+        {**cpu_op(150, 20, "Optimizer.step#AdamW.step"), "cat": "user_annotation"},
+        *_op(155, 55, "aten::mul_", [F32, "Scalar"], 1125, 2),
+    ]
+    return events
+
+
+def test_fp32_traffic_is_the_memory_bound_kernels_autocast_leaves_in_fp32(tmp_path: Path) -> None:
+    """bf16 parameters halve the fp32 residual add and norm (10 µs); the bf16 add, the loss,
+    the optimizer's kernels stay. The halving what-if on this serial stream saves half of
+    every memory-bound kernel: scaled to the fp32 ones' share, 5 µs."""
+    s = api.analyze(api.load(write_example(_fp32_step(True), tmp_path, "w"))).cast_sources
+    assert s.fp32_traffic_ns == 10_000
+    assert s.fp32_saving_ns == 5_000
+    # the casts' price (27 µs of casts less the 16 µs master copy) plus the traffic's
+    assert s.bf16_params_ns == 11_000 + 5_000
+    # without autocast's weight casts the parameters are not fp32 under autocast: no price
+    plain = api.analyze(api.load(write_example(_fp32_step(False), tmp_path, "p"))).cast_sources
+    assert plain.fp32_traffic_ns == 0 and not plain.bf16_params_ns
+
+
+def test_fp32_traffic_on_a_real_trace_by_a_plain_loop() -> None:
+    """On the recorded GPT under autocast with fp32 parameters: the fp32 traffic per step is
+    the memory-bound kernels, clipped to the steady window, whose launch's operator has a
+    `float` first or second input, is no loss or multi-tensor optimizer op, and lies outside every
+    Optimizer.step range, summed event by event."""
+    import gzip
+    import json
+    import re
+
+    import polars as pl
+
+    from tests.conftest import REPO
+    from traceanalyzer.analyses.gpu.classify import class_of
+
+    path = REPO / "tests" / "data" / "gpu" / "casts_autocast_fp32.json.gz"
+    m = api.analyze(api.load(path))
+    (w0, w1) = m.steps.windows.select("start_ns", "end_ns").row(0)
+    steps = m.steps.counts.on(0, 0)
+    with gzip.open(path) as f:
+        events = json.load(f)["traceEvents"]
+    ns = lambda us: round(us * 1000)  # noqa: E731
+    ops, launches, kernels, optimizer = {}, {}, [], []
+    for e in events:
+        cat, args = e.get("cat"), e.get("args", {})
+        if cat == "cpu_op" and "External id" in args:
+            ops.setdefault(args["External id"], e)
+        elif cat in ("cuda_runtime", "cuda_driver") and "correlation" in args:
+            launches[args["correlation"]] = e
+        elif cat == "kernel":
+            kernels.append(e)
+        named = str(e.get("name", "")).startswith(("Optimizer.step#", "Optimizer.zero_grad#"))
+        if named and cat in ("cpu_op", "user_annotation"):  # not the GPU's copy of the range
+            optimizer.append((ns(e["ts"]), ns(e["ts"] + e["dur"])))
+    names = pl.DataFrame({"name": [k["name"] for k in kernels]})
+    memory_bound = names.select(class_of(pl.col("name")) == "memory_bound").to_series().to_list()
+    keeps = re.compile(r"log_softmax|nll_loss|cross_entropy|^aten::_foreach_|^aten::_fused_")
+    total = 0
+    for k, mb in zip(kernels, memory_bound, strict=True):
+        lo, hi = max(ns(k["ts"]), w0), min(ns(k["ts"] + k["dur"]), w1)
+        launch = launches.get(k["args"].get("correlation"))
+        if not mb or hi <= lo or launch is None:
+            continue
+        op = ops.get(launch["args"].get("External id"))
+        t = ns(launch["ts"])
+        if op is None or not ns(op["ts"]) <= t <= ns(op["ts"] + op["dur"]):
+            continue
+        if "float" not in op["args"].get("Input type", [])[:2] or keeps.search(op["name"]):
+            continue
+        if any(a <= t <= b for a, b in optimizer):
+            continue
+        total += hi - lo
+    got = m.cast_sources.fp32_traffic_ns
+    assert got > 0 and abs(got - total // steps) <= 1_000, (got, total // steps)

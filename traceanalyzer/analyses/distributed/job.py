@@ -250,6 +250,9 @@ def _merge(
             cast_model,
             counts,
             _concat(parts, "ddp_copies"),
+            casts.fp32_savings(
+                _concat(parts, "fp32_traffic"), mem_model, paths.steps, savings, counts
+            ),
         ),
         host_wait_model=host_bound.host_wait_impact(
             dev, once_model, phases.steps, savings, counts, graphs

@@ -37,7 +37,7 @@ import polars as pl
 
 from traceanalyzer.analyses.gpu.kernels import CastImpact
 from traceanalyzer.analyses.gpu.operators import launch_ops
-from traceanalyzer.analyses.timeline.frames import Schemas, check_frames
+from traceanalyzer.analyses.timeline.frames import Schemas, check_frames, per_distinct
 from traceanalyzer.analyses.timeline.windows import StepCounts
 from traceanalyzer.model import Kind, Timeline
 
@@ -272,6 +272,136 @@ def cast_passes(classified: pl.LazyFrame) -> pl.DataFrame:
     )
 
 
+#: Operators whose fp32 work stays fp32 after the bf16-parameter fix: the loss on the
+#: logits (priced by its own fix, `logits_upcast`) and the optimizer's multi-tensor kernels
+#: (the fix keeps an fp32 master copy: its update runs in fp32 as before).
+_KEEPS_FP32 = r"log_softmax|nll_loss|cross_entropy|^aten::_foreach_|^aten::_fused_"
+_FP32_DATA = r'^\[\s*"float"|^\[\s*"[^"]*"\s*,\s*"float"'
+_OPTIMIZER_RANGE = r"^Optimizer\.(?:step|zero_grad)#"
+#: What bf16 parameters save of the fp32 memory-bound kernels autocast leaves: the share of
+#: their time a what-if that halves them saves (half the bytes; measured on two recorded
+#: GPT pairs: 47-51 %).
+FP32_TRAFFIC_SAVING = 0.5
+
+
+def fp32_traffic(timeline: Timeline, kernels: pl.DataFrame) -> pl.DataFrame:
+    """rank, device, kernels, kernel_ns: the memory-bound kernels inside the windows (the
+    norms, residual adds and their backward) launched by an operator whose first or second
+    input is an fp32 tensor, outside the optimizer's ranges and the loss: the traffic that
+    autocast with fp32 parameters leaves in fp32 and bf16 parameters halve. `kernels`:
+    kernels inside the windows with kernel_class, correlation, clipped_ns. Without recorded
+    shapes: no rows."""
+    events = timeline.events.lazy()
+    mb = (
+        kernels.lazy()
+        .filter(pl.col("kernel_class").cast(pl.String) == "memory_bound")
+        .select("rank", "device", "correlation", "clipped_ns")
+        .join(launch_ops(timeline), on=["rank", "correlation"], how="inner")
+    )
+    ops = events.filter(
+        (pl.col("kind") == Kind.CPU_OP.value)
+        & pl.col("external_id").is_not_null()
+        & pl.col("input_types").is_not_null()
+    ).select(
+        "rank",
+        "external_id",
+        "input_types",
+        op_start="start_ns",
+        op_end="end_ns",
+        op_name=pl.col("name").cast(pl.String),
+    )
+    # one operator per id and rank (a rank's processes could reuse an id): the first
+    ops = ops.sort("rank", "external_id", "op_start").unique(
+        subset=["rank", "external_id"], keep="first", maintain_order=True
+    )
+    # the types as text once per distinct text: the data in fp32, one of the first two
+    # inputs (a residual add's operands, a norm's input and its gradient; not the fp32
+    # statistics a bf16 attention or norm backward also takes)
+    ops = ops.with_columns(
+        fp32=per_distinct(
+            pl.col("input_types"),
+            lambda t: t.cast(pl.String).str.contains(_FP32_DATA),
+            pl.Boolean(),
+        ),
+        keeps=per_distinct(
+            pl.col("op_name"), lambda n: n.cast(pl.String).str.contains(_KEEPS_FP32), pl.Boolean()
+        ),
+    ).filter(pl.col("fp32") & ~pl.col("keeps"))
+    optimizer = (
+        events.filter(
+            pl.col("kind").is_in([Kind.ANNOTATION.value, Kind.CPU_OP.value])
+            & per_distinct(
+                pl.col("name"),
+                lambda n: n.cast(pl.String).str.contains(_OPTIMIZER_RANGE),
+                pl.Boolean(),
+            )
+        )
+        .select("rank", r_start="start_ns", r_end="end_ns")
+        .sort("r_start")
+    )
+    linked = (
+        mb.join(ops, left_on=["rank", "op_link"], right_on=["rank", "external_id"], how="inner")
+        .filter(pl.col("launch_ns").is_between(pl.col("op_start"), pl.col("op_end")))
+        .sort("launch_ns")
+        .join_asof(
+            optimizer,
+            left_on="launch_ns",
+            right_on="r_start",
+            by="rank",
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .filter(pl.col("r_end").is_null() | (pl.col("launch_ns") > pl.col("r_end")))
+    )
+    return (
+        linked.group_by("rank", "device")
+        .agg(kernels=pl.len().cast(pl.Int64), kernel_ns=pl.col("clipped_ns").sum().cast(pl.Int64))
+        .sort("rank", "device")
+        .collect()
+    )
+
+
+def fp32_savings(
+    traffic: pl.DataFrame,
+    memory_bound: pl.DataFrame,
+    critical_steps: pl.DataFrame,
+    savings: Mapping[tuple[int, str], int],
+    counts: StepCounts,
+) -> dict[tuple[int, int], tuple[int, int]]:
+    """(rank, device) -> (the fp32 memory-bound kernels' time per steady step, what bf16
+    parameters save of it per step). `traffic`: the ranks' `fp32_traffic` rows;
+    `memory_bound`: Metrics.fusion.model (each device's memory-bound time); the rank's
+    `memory_bound_2x` what-if (`savings`: the step's saving when every memory-bound kernel
+    takes half the time) is scaled to these kernels' share of the memory-bound time; without
+    it, FP32_TRAFFIC_SAVING of their time scaled by the share of memory-bound time on the
+    critical path (`critical_steps`); all of it without a path. Devices without steps: none."""
+    totals = {
+        (r, d): ns
+        for r, d, ns in memory_bound.select("rank", "device", "memory_bound_ns").iter_rows()
+    }
+    out: dict[tuple[int, int], tuple[int, int]] = {}
+    for rank, device, ns in traffic.select("rank", "device", "kernel_ns").iter_rows():
+        per = counts.per_step(ns, rank, device)
+        n = counts.on(rank, device)
+        total = (totals.get((rank, device)) or 0) / n if n else 0
+        if not per or not total:
+            continue
+        share = min(1.0, per / total)
+        half = savings.get((rank, "memory_bound_2x"))
+        path = critical_steps.filter(pl.col("rank") == rank)["gpu_memory_bound_ns"]
+        if half is not None:
+            saved = half * share * FP32_TRAFFIC_SAVING / 0.5
+        elif path.len():
+            saved = per * FP32_TRAFFIC_SAVING * min(1.0, float(path.mean()) / total)  # type: ignore[arg-type]
+        else:
+            saved = per * FP32_TRAFFIC_SAVING
+        out[(int(rank), int(device))] = (
+            per,
+            max(0, min(round(saved), round(per * FP32_TRAFFIC_SAVING))),
+        )
+    return out
+
+
 def ddp_bucket_copies(
     timeline: Timeline, linked: pl.DataFrame, *, by_steps: bool = True
 ) -> pl.DataFrame:
@@ -345,8 +475,12 @@ class CastSources:
       every parameter down and its gradient up once per optimizer step, estimated as twice
       one pass's weight down-casts (`2 * weight_cast / passes`); 0 without gradient casts
       (inference: bf16 weights need no master copy);
-    - `bf16_params_ns`: what bf16 parameters with an fp32 master copy save in casts:
-      `weights_ns + activations_ns - master_copy_ns`, never below 0;
+    - `fp32_traffic_ns`: the memory-bound kernels per steady step that autocast leaves in
+      fp32 (`fp32_traffic`: norms, residual adds, their backward), counted where weights are
+      cast (0 elsewhere); `fp32_saving_ns`: what bf16 parameters save of them (`fp32_savings`:
+      the halving what-if scaled to their share of the memory-bound time);
+    - `bf16_params_ns`: what bf16 parameters with an fp32 master copy save:
+      `weights_ns + activations_ns - master_copy_ns` (never below 0) plus `fp32_saving_ns`;
     - `logits_ns`: the logits' upcast before the loss and its gradient's cast back;
     - `ddp_bucket_ns`: DDP's copies of the buckets into the gradients
       (`gradient_as_bucket_view=True` removes them): copy kernels scaled as the others, plus
@@ -380,6 +514,8 @@ class CastSources:
     weights_ns: int | None = None
     activations_ns: int | None = None
     master_copy_ns: int | None = None
+    fp32_traffic_ns: int = 0
+    fp32_saving_ns: int = 0
     bf16_params_ns: int | None = None
     logits_ns: int | None = None
     ddp_bucket_ns: int | None = None
@@ -397,6 +533,7 @@ class CastSources:
         model: CastImpact,
         counts: StepCounts,
         ddp_copies: pl.DataFrame | None = None,
+        fp32: Mapping[tuple[int, int], tuple[int, int]] | None = None,
     ) -> CastSources:
         """The job's CastSources from the ranks' `cast_sources` and `cast_passes` rows, the
         copy/cast impact model (for the critical path's share), the step counts and the
@@ -428,6 +565,11 @@ class CastSources:
             # pass's down-casts (the gradient casts of backward run slower than a plain cast)
             master = 2 * per["weight_cast"] // k if per["weight_grad_cast"] else 0
             saved = max(0, weights + per["activation_cast"] - master)
+            # bf16 parameters also halve the fp32 traffic autocast leaves (only where it casts
+            # fp32 weights: without them the parameters are not fp32 under autocast)
+            traffic, traffic_saved = (fp32 or {}).get((int(rank), int(device)), (0, 0))
+            if not per["weight_cast"]:
+                traffic, traffic_saved = 0, 0
 
             def price(ns: int) -> int | None:
                 return None if share is None else round(ns * share)
@@ -436,8 +578,9 @@ class CastSources:
             # all-reduce, on the step's path)
             ddp_memcpy = memcpy.get((int(rank), int(device)), 0)
             ddp = price(per["ddp_bucket_copy"])
+            casts_saved = price(saved)
             named = [
-                price(saved),
+                None if casts_saved is None else casts_saved + traffic_saved,
                 price(per["logits_upcast"]),
                 None if ddp is None else ddp + ddp_memcpy,
             ]
@@ -455,6 +598,8 @@ class CastSources:
                 weights_ns=price(weights),
                 activations_ns=price(per["activation_cast"]),
                 master_copy_ns=price(master),
+                fp32_traffic_ns=traffic,
+                fp32_saving_ns=traffic_saved,
                 bf16_params_ns=named[0],
                 logits_ns=named[1],
                 ddp_bucket_ns=named[2],

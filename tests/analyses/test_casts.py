@@ -108,6 +108,16 @@ def test_each_source_by_its_operator(tmp_path: Path) -> None:
     assert s.impact_ns == 20_000
 
 
+def test_ddp_bucket_memcpys_priced_by_their_exposed_time(tmp_path: Path) -> None:
+    """A bucket's memcpy (4 µs) of which 3 µs run beside an all-reduce kernel on another
+    stream: only the 1 µs during which nothing else runs is priced."""
+    nccl = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm *, unsigned long, ncclWork *)"
+    events = [*_step(1), *launched(326, 1951, 10, 95, nccl, stream=20)]
+    s = api.analyze(api.load(write_example(events, tmp_path, "nccl"))).cast_sources
+    assert s.ddp_memcpy_ns == 1_000
+    assert s.ddp_bucket_ns == 2_000 + 1_000  # the bucket's copy kernel and the exposed memcpy
+
+
 def test_gradient_accumulation_repeats_the_casts_not_the_master_copy(tmp_path: Path) -> None:
     s = _sources(tmp_path, 3)
     assert s.pass_count == 3

@@ -427,8 +427,15 @@ CASES: dict[str, Truth] = {
         never=("TA001", "TA003", "TA005", "TA006", "TA009", "TA011"),
         context={"amp_dtype": "bfloat16", "fused_optimizer": True},
     ),
-    # the fix applied: no copy_bucket_to_grad copies, nothing worth a warning
-    "ddp_bucket_view_on": Truth(top=None, at_most="info"),
+    # the fix applied: no copy_bucket_to_grad copies (no bucket-view price: the test below);
+    # what stays is the model of casts_autocast_fp32 at its per-GPU batch (fp32 parameters
+    # under autocast), whose bf16-parameter fix saved 1.97 ms of 19.55 (10 %) measured
+    # without the profiler: TA010 leads for that fix
+    "ddp_bucket_view_on": Truth(
+        top="TA010",
+        must={"TA010": "warning"},
+        never=("TA001", "TA003", "TA005", "TA006", "TA009", "TA011"),
+    ),
     # the same inference loop without step markers: 506 ms of the 549 ms window is start-up
     # (the first cuDNN convolutions, the first GEMM); nothing is priced as starvation
     "startup_nosteps.json.gz": Truth(
@@ -964,17 +971,18 @@ def test_ddp_bucket_copies_priced_by_what_bucket_view_saves(scratch: str) -> Non
     gradient_as_bucket_view=True removes, measured without the profiler on the same two
     GPUs (bucket_view_off - bucket_view_on, 3 interleaved rounds of 30 steps).
 
-    Tolerance 0.8-1.3 x the saving: the rounds' means spread by up to 0.09 ms on a 0.89 ms
-    saving (10 %), and the price is the copies' whole time on the worst rank while some of
-    it runs beside the last bucket's all-reduce (rank 0: 0.16-0.28 ms of its 1.0 ms of copies
-    per step overlap NCCL kernels; rank 1, the worst: 0.9-1.1 ms of 1.1 ms, its NCCL kernel
-    waiting for rank 0), so it may overstate the saving by that overlap."""
+    The price is the copies' exposed time, while no other GPU work of the device runs: some
+    of them run beside the last bucket's all-reduce (rank 0: 0.16-0.28 ms of its 1.0 ms of
+    copies per step overlap NCCL kernels; rank 1: 0.9-1.1 ms of 1.1 ms, its NCCL kernel
+    waiting for rank 0), which removing them does not save. 0.76 ms priced for 0.89 ms
+    measured; tolerance 0.75-1.25 x the saving: the rounds' means spread by up to 0.09 ms
+    (10 %), and the profiled steps vary more than the unprofiled ones."""
     saved = _ddp_facts()["bucket_view_saving_ms"] * 1e6
     doc = _report("ddp_bucket_view_off", scratch)
     (f,) = [d for d in doc["diagnoses"] if d["rule"] == "TA010"]
     ev = f["evidence"]
     price = ev["fixes_ns"]["ddp_bucket_view"]
-    assert 0.8 * saved <= price <= 1.3 * saved, (price, saved)
+    assert 0.75 * saved <= price <= 1.25 * saved, (price, saved)
     assert ev["ddp_bucket_memcpy_ns"] > 0
     assert "gradient_as_bucket_view=True" in f["advice"]
     assert f["impact_ns"] <= ev["impact_ceiling_ns"]

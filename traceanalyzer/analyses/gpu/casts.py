@@ -38,6 +38,7 @@ import polars as pl
 from traceanalyzer.analyses.gpu.kernels import CastImpact
 from traceanalyzer.analyses.gpu.operators import launch_ops
 from traceanalyzer.analyses.timeline.frames import Schemas, check_frames, per_distinct
+from traceanalyzer.analyses.timeline.intervals import busy_before, union
 from traceanalyzer.analyses.timeline.windows import StepCounts
 from traceanalyzer.model import Kind, Timeline
 
@@ -405,36 +406,26 @@ def fp32_savings(
 def ddp_bucket_copies(
     timeline: Timeline, linked: pl.DataFrame, *, by_steps: bool = True
 ) -> pl.DataFrame:
-    """rank, device, copies, copy_ns: the copies (memcpys) launched inside DDP's
+    """rank, device, copies, copy_ns, exposed_ns: the copies (memcpys) launched inside DDP's
     `reducer::copy_bucket_to_grad` ranges in the steady steps: each reduced bucket copied back
     into the gradients, a device-to-device memcpy per parameter, which
-    `gradient_as_bucket_view=True` removes. `linked`: the GPU work with its launches and steps
-    (windows.linked_work); `by_steps`: whether step markers define the windows (else every
-    copy counts: the window is the trace)."""
+    `gradient_as_bucket_view=True` removes. `exposed_ns`: their time during which no other GPU
+    work of the device runs (the rest runs beside the last buckets' all-reduce, or beside a
+    collective waiting for a slower rank: removing it saves nothing). `linked`: the GPU work
+    with its launches and steps (windows.linked_work); `by_steps`: whether step markers define
+    the windows (else every copy counts: the window is the trace)."""
     ranges = (
         timeline.events.lazy()
         .filter((pl.col("kind") == Kind.CPU_OP.value) & (pl.col("name") == DDP_BUCKET_RANGE))
         .select("rank", "tid", r_start="start_ns", r_end="end_ns")
         .sort("r_start")
     )
+    work = linked.lazy().filter(pl.col("step").is_not_null() | (not by_steps))
     copies = (
-        linked.lazy()
-        .filter(
-            (pl.col("kind") == Kind.MEMCPY.value)
-            & pl.col("launch_ns").is_not_null()
-            & (pl.col("step").is_not_null() | (not by_steps))
-        )
-        .select(
-            "rank",
-            "device",
-            "launch_tid",
-            "launch_ns",
-            dur=pl.col("end_ns") - pl.col("start_ns"),
-        )
+        work.filter((pl.col("kind") == Kind.MEMCPY.value) & pl.col("launch_ns").is_not_null())
+        .select("rank", "device", "launch_tid", "launch_ns", "start_ns", "end_ns")
         .sort("launch_ns")
-    )
-    return (
-        copies.join_asof(
+        .join_asof(
             ranges,
             left_on="launch_ns",
             right_on="r_start",
@@ -444,9 +435,29 @@ def ddp_bucket_copies(
             check_sortedness=False,
         )
         .filter(pl.col("launch_ns") <= pl.col("r_end"))
-        .group_by("rank", "device")
-        .agg(copies=pl.len().cast(pl.Int64), copy_ns=pl.col("dur").sum().cast(pl.Int64))
-        .sort("rank", "device")
+        .select("rank", "device", "start_ns", "end_ns")
+        .collect()
+    )
+    key = ["rank", "device"]
+    others = union(
+        work.select(*key, "start_ns", "end_ns").join(
+            copies.lazy(), on=[*key, "start_ns", "end_ns"], how="anti", nulls_equal=True
+        ),
+        key,
+    )
+    timed = busy_before(busy_before(copies.lazy(), others, key, "start_ns"), others, key, "end_ns")
+    dur = pl.col("end_ns") - pl.col("start_ns")
+    return (
+        timed.group_by(*key)
+        .agg(
+            copies=pl.len().cast(pl.Int64),
+            copy_ns=dur.sum().cast(pl.Int64),
+            exposed_ns=(dur - (pl.col("end_ns_busy_ns") - pl.col("start_ns_busy_ns")))
+            .clip(lower_bound=0)
+            .sum()
+            .cast(pl.Int64),
+        )
+        .sort(*key)
         .collect()
     )
 
@@ -484,8 +495,9 @@ class CastSources:
     - `logits_ns`: the logits' upcast before the loss and its gradient's cast back;
     - `ddp_bucket_ns`: DDP's copies of the buckets into the gradients
       (`gradient_as_bucket_view=True` removes them): copy kernels scaled as the others, plus
-      `ddp_memcpy_ns`, the device-to-device memcpys of `ddp_bucket_copies` per step (not cast
-      kernels; unscaled);
+      `ddp_memcpy_ns`, the exposed time per step of the device-to-device memcpys of
+      `ddp_bucket_copies` (not cast kernels: the time no other GPU work of the device runs
+      beside them, unscaled);
     - `impact_ns`: the three fixes together; `other_ns`: the copy/cast time per step that no
       named fix removes.
     """
@@ -540,7 +552,7 @@ class CastSources:
         ranks' `ddp_bucket_copies`."""
         memcpy: dict[tuple[int, int], int] = {}
         if ddp_copies is not None:
-            for rank, device, ns in ddp_copies.select("rank", "device", "copy_ns").iter_rows():
+            for rank, device, ns in ddp_copies.select("rank", "device", "exposed_ns").iter_rows():
                 memcpy[(rank, device)] = counts.per_step(ns, rank, device) or 0
         per_step = [  # a few rows: one per device and source
             counts.per_step(ns, rank, device)
@@ -574,8 +586,8 @@ class CastSources:
             def price(ns: int) -> int | None:
                 return None if share is None else round(ns * share)
 
-            # DDP's memcpys are not cast kernels: their time, unscaled (they follow the last
-            # all-reduce, on the step's path)
+            # DDP's memcpys are not cast kernels: their exposed time, unscaled (they follow
+            # each bucket's all-reduce; beside other work they cost the step nothing)
             ddp_memcpy = memcpy.get((int(rank), int(device)), 0)
             ddp = price(per["ddp_bucket_copy"])
             casts_saved = price(saved)

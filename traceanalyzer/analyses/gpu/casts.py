@@ -108,8 +108,10 @@ def classified_casts(timeline: Timeline, kernels: pl.DataFrame) -> pl.LazyFrame:
     )
     ops = events.filter(pl.col("kind") == Kind.CPU_OP.value)
     cpu = ops.filter(pl.col("external_id").is_not_null())
+    launched = casts.select("rank", external_id="op_link").unique()
     copies = _decoded(
-        cpu.filter(pl.col("name") == "aten::copy_").select(
+        cpu.filter(pl.col("name") == "aten::copy_")
+        .select(
             "rank",
             "tid",
             "external_id",
@@ -118,6 +120,8 @@ def classified_casts(timeline: Timeline, kernels: pl.DataFrame) -> pl.LazyFrame:
             op_start="start_ns",
             op_end="end_ns",
         )
+        # only the copies that launched one of these kernels
+        .join(launched, on=["rank", "external_id"], how="semi")
     ).select("rank", "tid", "external_id", "op_start", "op_end", "dims", "types")
     # one operator per id and rank (a rank's processes could reuse an id): the first
     copies = copies.sort("rank", "external_id", "op_start").unique(
@@ -299,17 +303,16 @@ def fp32_traffic(timeline: Timeline, kernels: pl.DataFrame) -> pl.DataFrame:
         .select("rank", "device", "correlation", "clipped_ns")
         .join(launch_ops(timeline), on=["rank", "correlation"], how="inner")
     )
-    ops = events.filter(
-        (pl.col("kind") == Kind.CPU_OP.value)
-        & pl.col("external_id").is_not_null()
-        & pl.col("input_types").is_not_null()
-    ).select(
-        "rank",
-        "external_id",
-        "input_types",
-        op_start="start_ns",
-        op_end="end_ns",
-        op_name=pl.col("name").cast(pl.String),
+    # only the operators that launched one of these kernels (a few of a trace's operators)
+    launched = mb.select("rank", external_id="op_link").unique()
+    ops = (
+        events.filter(
+            (pl.col("kind") == Kind.CPU_OP.value)
+            & pl.col("external_id").is_not_null()
+            & pl.col("input_types").is_not_null()
+        )
+        .select("rank", "external_id", "input_types", "name", op_start="start_ns", op_end="end_ns")
+        .join(launched, on=["rank", "external_id"], how="semi")
     )
     # one operator per id and rank (a rank's processes could reuse an id): the first
     ops = ops.sort("rank", "external_id", "op_start").unique(
@@ -325,7 +328,7 @@ def fp32_traffic(timeline: Timeline, kernels: pl.DataFrame) -> pl.DataFrame:
             pl.Boolean(),
         ),
         keeps=per_distinct(
-            pl.col("op_name"), lambda n: n.cast(pl.String).str.contains(_KEEPS_FP32), pl.Boolean()
+            pl.col("name"), lambda n: n.cast(pl.String).str.contains(_KEEPS_FP32), pl.Boolean()
         ),
     ).filter(pl.col("fp32") & ~pl.col("keeps"))
     optimizer = (
@@ -403,6 +406,15 @@ def fp32_savings(
     return out
 
 
+_DDP_COPIES = {
+    "rank": pl.Int32,
+    "device": pl.Int32,
+    "copies": pl.Int64,
+    "copy_ns": pl.Int64,
+    "exposed_ns": pl.Int64,
+}
+
+
 def ddp_bucket_copies(
     timeline: Timeline, linked: pl.DataFrame, *, by_steps: bool = True
 ) -> pl.DataFrame:
@@ -419,14 +431,17 @@ def ddp_bucket_copies(
         .filter((pl.col("kind") == Kind.CPU_OP.value) & (pl.col("name") == DDP_BUCKET_RANGE))
         .select("rank", "tid", r_start="start_ns", r_end="end_ns")
         .sort("r_start")
+        .collect()
     )
+    if ranges.height == 0:  # no DDP reducer (or its ranges were not recorded): no copies
+        return pl.DataFrame(schema=_DDP_COPIES)
     work = linked.lazy().filter(pl.col("step").is_not_null() | (not by_steps))
     copies = (
         work.filter((pl.col("kind") == Kind.MEMCPY.value) & pl.col("launch_ns").is_not_null())
         .select("rank", "device", "launch_tid", "launch_ns", "start_ns", "end_ns")
         .sort("launch_ns")
         .join_asof(
-            ranges,
+            ranges.lazy(),
             left_on="launch_ns",
             right_on="r_start",
             by_left=["rank", "launch_tid"],

@@ -26,13 +26,16 @@ any number is a bug). ``--timings`` prints the report's stages (``TRACEANALYZER_
 at the highest thread count, and ``--root DIR`` runs the report from DIR (a folder holding
 another version's ``traceanalyzer/`` package: the code before a change, on the same machine
 in the same run). The fixed cost (``traceanalyzer --version``: interpreter start, imports,
-exit; best of 3) is printed first. MB are 10^6 bytes.
+exit; best of 3) is printed first. The sources are byte-compiled first, as an installed
+package's are (`compile_sources`). MB are 10^6 bytes.
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
 import gzip
+import importlib.util
 import json
 import os
 import shutil
@@ -152,6 +155,21 @@ def _size_mb(path: Path) -> float:
     return path.stat().st_size / MB
 
 
+def compile_sources(root: Path) -> None:
+    """Byte-compile the package under test (`root`'s traceanalyzer/) and the pure-Python
+    packages it imports, as `pip install` does: a source tree without `__pycache__` (a
+    checkout, a carried copy, or any machine with PYTHONDONTWRITEBYTECODE set) would compile
+    every module in every run, which is no cost of the tool (0.6 s of the 1.1 s `--version`
+    on the 2-core machine). Folders that cannot be written are left as they are."""
+    targets = [root / "traceanalyzer"]
+    for name in ("polars", "click", "numpy", "networkx", "jinja2", "rich"):
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.submodule_search_locations:
+            targets += [Path(p) for p in spec.submodule_search_locations]
+    for target in targets:
+        compileall.compile_dir(target, quiet=2, workers=0)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stacks-src", type=Path, required=True)
@@ -179,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.threads = [t for t in args.threads if t <= len(os.sched_getaffinity(0))]
 
+    compile_sources(args.root)
     fixed = min(
         measure(
             [sys.executable, "-m", "traceanalyzer", "--version"], max(args.threads), {}, args.root

@@ -992,6 +992,7 @@ def test_ddp_bucket_view_on_has_no_bucket_copies(scratch: str) -> None:
     """With gradient_as_bucket_view=True the reducer copies nothing back: no price for it (the
     info finding's advice is the rule's general text, which still lists the fix)."""
     doc = _report("ddp_bucket_view_on", scratch)
+    assert any(f["rule"] == "TA010" for f in doc["diagnoses"])  # the casts are still there
     for f in doc["diagnoses"]:
         if f["rule"] == "TA010":
             assert not f["evidence"]["fixes_ns"]["ddp_bucket_view"]

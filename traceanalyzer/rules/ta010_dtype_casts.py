@@ -180,11 +180,7 @@ class DtypeCasts(Rule):
             None,
             named,
             _named_advice(s, fixes, half) if warn else _advice(ctx),
-            # DDP's bucket memcpys and the fp32 memory-bound kernels are priced too, beside
-            # the cast kernels
-            ceiling_ns=None
-            if c.ceiling_ns is None
-            else c.ceiling_ns + s.ddp_memcpy_ns + s.fp32_traffic_ns,
+            ceiling_ns=s.ceiling_ns,
             severity=None if warn else Severity.INFO,
         )
 

@@ -36,7 +36,8 @@ from typing import ClassVar
 import polars as pl
 
 from traceanalyzer.analyses.gpu.kernels import CastImpact
-from traceanalyzer.analyses.gpu.operators import launch_ops
+from traceanalyzer.analyses.gpu.operators import SHAPE_TEXT, decoded_shapes, launch_ops
+from traceanalyzer.analyses.host.host_phases import OPTIMIZER_RANGE
 from traceanalyzer.analyses.timeline.frames import Schemas, check_frames, per_distinct
 from traceanalyzer.analyses.timeline.intervals import busy_before, union
 from traceanalyzer.analyses.timeline.windows import StepCounts
@@ -82,17 +83,16 @@ def _shape_text(dims: pl.Expr) -> pl.Expr:
 
 
 def _decoded(ops: pl.LazyFrame) -> pl.LazyFrame:
-    """`ops` with dims and types decoded (distinct texts once; tensor lists left null)."""
-    texts = (
-        ops.select("input_dims", "input_types")
-        .unique()
-        .filter(~pl.col("input_dims").str.slice(1).str.contains(r"\[\s*\["))
-        .with_columns(
-            dims=pl.col("input_dims").str.json_decode(pl.List(pl.List(pl.Int64))),
-            types=pl.col("input_types").str.json_decode(pl.List(pl.String)),
-        )
+    """`ops` with dims and types decoded (distinct texts once; tensor lists left null): every
+    row kept, unlike `operators.with_shapes`."""
+    return ops.join(decoded_shapes(ops), on=list(SHAPE_TEXT), how="left", nulls_equal=True)
+
+
+def _first_per_id(ops: pl.LazyFrame) -> pl.LazyFrame:
+    """One operator per id and rank (a rank's processes could reuse an id): the first."""
+    return ops.sort("rank", "external_id", "op_start").unique(
+        subset=["rank", "external_id"], keep="first", maintain_order=True
     )
-    return ops.join(texts, on=["input_dims", "input_types"], how="left", nulls_equal=True)
 
 
 def classified_casts(timeline: Timeline, kernels: pl.DataFrame) -> pl.LazyFrame:
@@ -123,10 +123,7 @@ def classified_casts(timeline: Timeline, kernels: pl.DataFrame) -> pl.LazyFrame:
         # only the copies that launched one of these kernels
         .join(launched, on=["rank", "external_id"], how="semi")
     ).select("rank", "tid", "external_id", "op_start", "op_end", "dims", "types")
-    # one operator per id and rank (a rank's processes could reuse an id): the first
-    copies = copies.sort("rank", "external_id", "op_start").unique(
-        subset=["rank", "external_id"], keep="first", maintain_order=True
-    )
+    copies = _first_per_id(copies)
     names = (
         ops.select(name=pl.col("name").unique())
         .filter(
@@ -282,7 +279,6 @@ def cast_passes(classified: pl.LazyFrame) -> pl.DataFrame:
 #: (the fix keeps an fp32 master copy: its update runs in fp32 as before).
 _KEEPS_FP32 = r"log_softmax|nll_loss|cross_entropy|^aten::_foreach_|^aten::_fused_"
 _FP32_DATA = r'^\[\s*"float"|^\[\s*"[^"]*"\s*,\s*"float"'
-_OPTIMIZER_RANGE = r"^Optimizer\.(?:step|zero_grad)#"
 #: What bf16 parameters save of the fp32 memory-bound kernels autocast leaves: the share of
 #: their time a what-if that halves them saves (half the bytes; measured on two recorded
 #: GPT pairs: 47-51 %).
@@ -314,10 +310,7 @@ def fp32_traffic(timeline: Timeline, kernels: pl.DataFrame) -> pl.DataFrame:
         .select("rank", "external_id", "input_types", "name", op_start="start_ns", op_end="end_ns")
         .join(launched, on=["rank", "external_id"], how="semi")
     )
-    # one operator per id and rank (a rank's processes could reuse an id): the first
-    ops = ops.sort("rank", "external_id", "op_start").unique(
-        subset=["rank", "external_id"], keep="first", maintain_order=True
-    )
+    ops = _first_per_id(ops)
     # the types as text once per distinct text: the data in fp32, one of the first two
     # inputs (a residual add's operands, a norm's input and its gradient; not the fp32
     # statistics a bf16 attention or norm backward also takes)
@@ -336,7 +329,7 @@ def fp32_traffic(timeline: Timeline, kernels: pl.DataFrame) -> pl.DataFrame:
             pl.col("kind").is_in([Kind.ANNOTATION.value, Kind.CPU_OP.value])
             & per_distinct(
                 pl.col("name"),
-                lambda n: n.cast(pl.String).str.contains(_OPTIMIZER_RANGE),
+                lambda n: n.cast(pl.String).str.contains(OPTIMIZER_RANGE),
                 pl.Boolean(),
             )
         )
@@ -514,7 +507,9 @@ class CastSources:
       `ddp_bucket_copies` (not cast kernels: the time no other GPU work of the device runs
       beside them, unscaled);
     - `impact_ns`: the three fixes together; `other_ns`: the copy/cast time per step that no
-      named fix removes.
+      named fix removes;
+    - `ceiling_ns`: the most they can save per step: the copy/cast model's ceiling, plus the
+      DDP memcpys and the fp32 memory-bound kernels priced beside the cast kernels.
     """
 
     SCHEMAS: ClassVar[Schemas] = {
@@ -548,6 +543,7 @@ class CastSources:
     ddp_bucket_ns: int | None = None
     other_ns: int | None = None
     impact_ns: int | None = None
+    ceiling_ns: int | None = None
 
     def __post_init__(self) -> None:
         check_frames(self, "Metrics.cast_sources", self.SCHEMAS)
@@ -632,7 +628,10 @@ class CastSources:
                 ddp_bucket_ns=named[2],
                 other_ns=price(per["other"]),
                 impact_ns=total,
+                ceiling_ns=None
+                if model.ceiling_ns is None
+                else model.ceiling_ns + ddp_memcpy + traffic,
             )
             if best is None or (cand.impact_ns or 0) > (best.impact_ns or 0):
                 best = cand
-        return best or cls(sources=sources, passes=passes)
+        return best or cls(sources=sources, passes=passes, ceiling_ns=model.ceiling_ns)

@@ -36,7 +36,8 @@ PHASES: tuple[str, ...] = ("data_loading", "optimizer", "backward", "forward")
 ALL_PHASES: tuple[str, ...] = (*PHASES, "other")
 
 _DATA = r"^enumerate\(DataLoader\)"
-_OPTIMIZER = r"^Optimizer\.(?:step|zero_grad)#"
+#: The optimizer's ranges (`Optimizer.step#...`, `Optimizer.zero_grad#...`).
+OPTIMIZER_RANGE = r"^Optimizer\.(?:step|zero_grad)#"
 #: The autograd engine's operators; older profilers (torch < 1.10) name the autograd nodes
 #: themselves (`CudnnConvolutionBackward`, `torch::autograd::AccumulateGrad`)
 _BACKWARD = r"^autograd::engine::evaluate_function|^[A-Z]\w*Backward\d*$|^torch::autograd::"
@@ -90,7 +91,7 @@ def _phase_of_name(name: pl.Expr) -> pl.Expr:
     return (
         pl.when(text.str.contains(_DATA))
         .then(pl.lit("data_loading"))
-        .when(text.str.contains(_OPTIMIZER))
+        .when(text.str.contains(OPTIMIZER_RANGE))
         .then(pl.lit("optimizer"))
         .when(text.str.contains(_BACKWARD))
         .then(pl.lit("backward"))

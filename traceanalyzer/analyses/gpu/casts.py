@@ -37,10 +37,9 @@ import polars as pl
 
 from traceanalyzer.analyses.gpu.kernels import CastImpact
 from traceanalyzer.analyses.gpu.operators import SHAPE_TEXT, decoded_shapes, launch_ops
-from traceanalyzer.analyses.host.host_phases import OPTIMIZER_RANGE
 from traceanalyzer.analyses.timeline.frames import Schemas, check_frames, per_distinct
 from traceanalyzer.analyses.timeline.intervals import busy_before, union
-from traceanalyzer.analyses.timeline.windows import StepCounts
+from traceanalyzer.analyses.timeline.windows import OPTIMIZER_RANGE, StepCounts
 from traceanalyzer.model import Kind, Timeline
 
 SOURCES: tuple[str, ...] = (

@@ -29,6 +29,7 @@ import polars as pl
 
 from traceanalyzer.analyses.timeline.frames import Schemas, check_frames, per_distinct
 from traceanalyzer.analyses.timeline.intervals import in_ranges
+from traceanalyzer.analyses.timeline.windows import OPTIMIZER_RANGE
 from traceanalyzer.model import Kind, Timeline
 
 #: The phases, by priority where they overlap, then `other`.
@@ -36,8 +37,6 @@ PHASES: tuple[str, ...] = ("data_loading", "optimizer", "backward", "forward")
 ALL_PHASES: tuple[str, ...] = (*PHASES, "other")
 
 _DATA = r"^enumerate\(DataLoader\)"
-#: The optimizer's ranges (`Optimizer.step#...`, `Optimizer.zero_grad#...`).
-OPTIMIZER_RANGE = r"^Optimizer\.(?:step|zero_grad)#"
 #: The autograd engine's operators; older profilers (torch < 1.10) name the autograd nodes
 #: themselves (`CudnnConvolutionBackward`, `torch::autograd::AccumulateGrad`)
 _BACKWARD = r"^autograd::engine::evaluate_function|^[A-Z]\w*Backward\d*$|^torch::autograd::"

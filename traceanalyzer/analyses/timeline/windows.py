@@ -78,6 +78,10 @@ LAUNCH_EXTRA = ("launch_end_ns", "launch_pid", "launch_tid")
 #: The columns `linked_work` adds to the GPU work, in order.
 LINK_COLUMNS = ("launch_ns", *LAUNCH_EXTRA, "step")
 
+#: The optimizer's ranges (`Optimizer.step#...`, `Optimizer.zero_grad#...`): the host phase
+#: (analyses/host/host_phases.py) and the kernels outside it (analyses/gpu/casts.py).
+OPTIMIZER_RANGE = r"^Optimizer\.(?:step|zero_grad)#"
+
 
 #: The GPU work columns the critical path reads (critical_graph.gpu_ops), besides the launch.
 CRITICAL_PATH_COLUMNS = (

@@ -441,6 +441,37 @@ def test_lift_args_rewrites_in_place_keeping_the_length() -> None:
     assert text.split() == b'{ "ph": "X", "dur": 1, "stream": 7, "x": [1] }'.split()
 
 
+def test_a_block_is_rewritten_in_a_bytes_object_and_parsed_as_it_is() -> None:
+    """Kineto's blocks are copied into a new bytes object, rewritten there (the same bytes
+    as a bytearray's rewrite) and parsed without another copy: what follows the last event
+    is blanked, which the NDJSON parser skips."""
+    from traceanalyzer.readers.chrome_fields import Fields, parse_block
+    from traceanalyzer.readers.json_scan import SPACE, WritableBytes, rewrite
+
+    sep = b"},\n  {"
+    events = [
+        b'{\n    "ph": "X", "cat": "kernel", "name": "k%d", "pid": 0, "tid": 7,\n'
+        b'    "ts": 1712195495519689.047, "dur": 3.5,\n    "args": {\n'
+        b'      "External id": %d, "stream": 7, "correlation": %d\n    }\n  }' % (i, i, i)
+        for i in range(3)
+    ]
+    block = sep.join(e[1:-1] for e in events).join([b"{", sep]) + b'"ph": "X", "cut'
+    window = bytearray(block)
+    size = len(block) - len(b'"ph": "X", "cut')
+    by_bytearray = bytearray(window[:size])
+    exact = rewrite(by_bytearray, size, sep)
+    copied = WritableBytes(window, size)
+    assert isinstance(copied.data, bytes) and copied.data == bytes(window[:size])
+    assert rewrite(copied, size, sep) is exact is True
+    end = size - len(sep) + 1
+    assert copied.data == bytes(by_bytearray)
+    copied.view[end:] = SPACE
+    raw, _fields, _texts = parse_block(copied.data, Fields(), exact)
+    assert raw["name"].cast(str).to_list() == ["k0", "k1", "k2"]
+    assert raw["tn"].to_list() == [1712195495519689047] * 3
+    assert raw["External id"].to_list() == [0, 1, 2]
+
+
 def test_flow_events_are_blanked_without_changing_the_events(tmp_path: Path) -> None:
     """Flow arrows (ph s/f) are folded into the line before them; every event stays."""
 

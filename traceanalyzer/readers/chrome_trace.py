@@ -72,7 +72,7 @@ from traceanalyzer.readers.chrome_normalise import (
 )
 from traceanalyzer.readers.chrome_tail import WHITESPACE, parse_header, parse_tail
 from traceanalyzer.readers.device_match import match_devices
-from traceanalyzer.readers.json_scan import EventSplitter, rewrite
+from traceanalyzer.readers.json_scan import SPACE, EventSplitter, WritableBytes, rewrite
 from traceanalyzer.readers.json_stream import (
     LayoutError,
     SpeculationFailed,
@@ -252,6 +252,11 @@ class _Window:
         with memoryview(self.data) as view:
             return bytearray(view[:k])
 
+    def bytes_copy(self, k: int) -> WritableBytes:
+        """A copy of the first `k` bytes as a bytes object that can be rewritten in place
+        (copied with the interpreter's lock released)."""
+        return WritableBytes(self.data, k)
+
 
 _NON_WS = re.compile(rb"[^ \t\r\n]")
 
@@ -377,7 +382,13 @@ def _read_events(win: _Window, parsed: Parsed, kineto: bool) -> None:
                 end, rest = cut
                 if isinstance(splitter, EventSplitter):
                     assert splitter.separator is not None
-                    task = _Task([win.copy(rest + 1)], end, True, splitter.separator, win.offset)
+                    task = _Task(
+                        [win.bytes_copy(rest + 1)],
+                        end,
+                        True,
+                        splitter.separator,
+                        win.offset,
+                    )
                 elif isinstance(splitter, SpeculativeCutter):  # split on the worker
                     task = _Task([win.copy(end)], end, False, None, win.offset, guessed=True)
                 else:  # rewritten here already
@@ -429,7 +440,7 @@ class _Task:
     whether it may hold exact timestamps (`tn`), Kineto's separator (None: rewritten
     already, or guessed), and where it starts in the JSON."""
 
-    data: list[bytearray | bytes]  # a box: the worker takes the bytes out, to free them early
+    data: list[bytearray | bytes | WritableBytes]  # a box: the worker takes them out (freed early)
     end: int
     exact: bool
     separator: bytes | None
@@ -496,13 +507,13 @@ def _read_block(task: _Task, fields: Fields, path: Path) -> _Block:
             return _parse(ndjson, splitter.exact, task.offset, fields, False, path)
         except TraceFormatError:
             raise SpeculationFailed from None
-    if sep is None or isinstance(data, bytes):
+    if isinstance(data, WritableBytes):  # Kineto's: parsed as it is, the separator blanked
+        assert sep is not None
+        exact = rewrite(data, len(data.data), sep)
+        data.view[task.end :] = SPACE
+        ndjson = data.data
+    else:  # the structural splitter's NDJSON
         ndjson, exact = bytes(data), task.exact
-    else:
-        exact = rewrite(data, len(data), sep)
-        with memoryview(data) as view:
-            ndjson = bytes(view[: task.end])
-        del data  # the rewritten copy: only the NDJSON is kept
     return _parse(ndjson, exact, task.offset, fields, sep is not None, path)
 
 

@@ -5,14 +5,17 @@ from __future__ import annotations
 import codecs
 import queue
 import threading
-import zlib
 from pathlib import Path
 from typing import Protocol
+
+from isal import isal_zlib
 
 from traceanalyzer.errors import TraceFormatError
 from traceanalyzer.model import Timeline
 
 GZIP_MAGIC = b"\x1f\x8b"
+#: What ISA-L raises on corrupt data (its stubs type it as an instance, not a class).
+_INFLATE_ERROR: type[Exception] = isal_zlib.error  # type: ignore[assignment]
 UTF8_BOM = codecs.BOM_UTF8
 #: Byte-order marks of UTF-16 text (little- and big-endian), transcoded to UTF-8 as read.
 UTF16_BOMS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
@@ -50,8 +53,10 @@ class ByteSource:
 
     Plain files are read straight into the buffer (no intermediate copies); gzip, recognised
     by its magic bytes whatever the suffix, is decompressed as it goes, on a thread of its
-    own a few chunks ahead of the reader (zlib releases the GIL: the decompression, which
-    runs at a few hundred MB/s on one core, overlaps the splitting and parsing). A gzip
+    own a few chunks ahead of the reader (the decompression releases the GIL and overlaps
+    the splitting and parsing). It inflates with ISA-L (`isal`), the same DEFLATE 4-5 times
+    as fast as zlib (164 MB of trace JSON: 0.067 s against 0.30 s), so that one core's
+    decompression keeps up with the many cores that parse what it yields. A gzip
     stream that is cut off ends the data instead of raising and sets `truncated`: Kineto
     traces are sometimes left unfinished, and the events before the cut are still worth
     reading. A UTF-8 byte-order mark is skipped; UTF-16 text (told by its byte-order mark, as
@@ -71,9 +76,11 @@ class ByteSource:
             ) from exc
         self.gzip = self._fh.read(2) == GZIP_MAGIC
         self._fh.seek(0)
-        self._d = zlib.decompressobj(wbits=31)
+        self._d = isal_zlib.decompressobj(wbits=31)
         self._member_done = False  # True right after a gzip member ended
-        self._pending = b""  # decompressed bytes not yet handed out
+        # decompressed bytes not yet handed out: a view, so that handing out part of a chunk
+        # does not copy the rest
+        self._pending = memoryview(b"")
         self._raw_eof = False
         self._inflating: queue.Queue[bytes | BaseException | None] | None = None
         self._failed: BaseException | None = None
@@ -148,7 +155,7 @@ class ByteSource:
                 if piece is None:
                     self._raw_eof = True
                 else:
-                    self._pending = piece
+                    self._pending = memoryview(piece)
                 continue
             take = min(len(buf) - total, len(self._pending))
             buf[total : total + take] = self._pending[:take]
@@ -213,11 +220,11 @@ class ByteSource:
         pieces = []
         while chunk:
             if self._member_done:  # bytes after a member's end: a concatenated member
-                self._d = zlib.decompressobj(wbits=31)
+                self._d = isal_zlib.decompressobj(wbits=31)
                 self._member_done = False
             try:
                 pieces.append(self._d.decompress(chunk))
-            except zlib.error as exc:
+            except _INFLATE_ERROR as exc:
                 raise TraceFormatError(
                     f"corrupt gzip data ({exc})",
                     path=self.path,

@@ -130,8 +130,11 @@ def rewrite(buf: bytearray | WritableBytes, n: int, sep: bytes) -> bool:
     rewritten to exact ns (`exact_timestamps`). The NDJSON is `buf` up to the `}` of that
     last separator. `buf`: a bytearray, or a bytes object written in place
     (`WritableBytes`)."""
-    text: bytes | bytearray = buf.data if isinstance(buf, WritableBytes) else buf
-    arr = np.frombuffer(text if isinstance(buf, bytearray) else buf.view, np.uint8, count=n)
+    if isinstance(buf, WritableBytes):
+        text: bytes | bytearray = buf.data
+        arr = buf.view[:n]
+    else:
+        text, arr = buf, np.frombuffer(buf, dtype=np.uint8, count=n)
     mask: np.ndarray[Any, np.dtype[np.bool_]] = getattr(_scratch, "mask", np.zeros(0, bool))
     if mask.size < n:  # reused from block to block on each thread: fresh pages cost more
         mask = _scratch.mask = np.zeros(max(n, 2 * mask.size), dtype=bool)

@@ -759,3 +759,27 @@ def test_gzip_chunks_that_decompress_to_nothing_do_not_end_the_data(
     got, want = read(path), read(plain)
     assert not got.meta.quality.truncated_files
     assert got.events.drop("rank").equals(want.events.drop("rank"))
+
+
+def test_the_blocks_frames_become_one_frame_of_whole_columns() -> None:
+    """`_contiguous`: the frames of many blocks (each of several pieces) as one frame whose
+    every column is in one piece, with the same rows in the same order, and the blocks'
+    frames let go (their pieces are freed column by column)."""
+    blocks = [
+        pl.concat(
+            [
+                pl.DataFrame({"a": [b * 10 + i, b * 10 + i + 5], "s": [f"x{b}{i}", None]})
+                for i in range(3)
+            ],
+            rechunk=False,
+        )
+        for b in range(5)
+    ]
+    assert all(frame.n_chunks() == 3 for frame in blocks)
+    expected = pl.concat(blocks, rechunk=True)
+    part = chrome_trace.Parsed(path=Path("t.json"), header={}, frames=list(blocks))
+    events = chrome_trace._contiguous(part)
+    assert events.equals(expected)
+    assert [events[c].n_chunks() for c in events.columns] == [1, 1]
+    assert events["a"].to_list()[:4] == [0, 5, 1, 6]
+    assert part.frames == []

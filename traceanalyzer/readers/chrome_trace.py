@@ -626,11 +626,30 @@ def _named_drops(part: Parsed) -> dict[str, int]:
     return dropped
 
 
+def _contiguous(part: Parsed) -> pl.DataFrame:
+    """The file's frames as one, each column in one piece, made column by column (on a few
+    threads): the blocks' frames are let go first, so that each column's pieces are freed as
+    soon as it is copied. (The first expression run on the frames copied every column at
+    once: at the end of a 741 MB trace's read, both copies of the events, 290 MB more.)"""
+    frames, part.frames = part.frames or [pl.DataFrame(schema=EVENT_SCHEMA)], []
+    columns: list[pl.Series] = pl.concat(frames, how="vertical", rechunk=False).get_columns()
+    del frames
+
+    def rechunk(i: int) -> None:
+        columns[i] = columns[i].rechunk()  # the old pieces go with the list's reference
+
+    with ThreadPoolExecutor(max_workers=_RECHUNK_THREADS, thread_name_prefix="rechunk") as pool:
+        for _ in pool.map(rechunk, range(len(columns))):
+            pass
+    return pl.DataFrame(columns)
+
+
+#: Columns copied into one piece at once (`_contiguous`): each copy holds one more column.
+_RECHUNK_THREADS = 4
+
+
 def _to_timeline(part: Parsed, rank: int, rank_source: str, source_path: str) -> Timeline:
-    frames = part.frames or [pl.DataFrame(schema=EVENT_SCHEMA)]
-    events = with_copy_kinds(
-        pl.concat(frames, how="vertical", rechunk=False).with_columns(rank=pl.lit(rank, pl.Int32))
-    )
+    events = with_copy_kinds(_contiguous(part).with_columns(rank=pl.lit(rank, pl.Int32)))
     events = events.with_columns(domain=pl.lit(None, pl.Categorical))
     events = events.select(EVENT_SCHEMA.names()).cast(dict(EVENT_SCHEMA))  # type: ignore[arg-type]
     unplaced = pl.col("kind").is_in([k.value for k in GPU_KINDS]) & (

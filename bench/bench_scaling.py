@@ -15,19 +15,19 @@ with shapes, Python stacks and memory recorded: ``record_scaling_trace.py`` reco
 sizes in ``--gzip`` (gzip level 6, Python's default), ``stacks_minified_<N>mb.json`` for
 those in ``--minified`` (one line, ``json.dump``'s separators).
 
-Each cell runs in a process of its own, pinned to the first T cores (``taskset``; polars' and
-numba's thread pools follow the affinity mask, and ``POLARS_MAX_THREADS`` / ``NUMBA_NUM_THREADS``
-are set to T as well): ``python -m traceanalyzer report FILE --format json -o OUT``, process
-start to exit, and the baseline ``orjson.loads`` of the file's bytes (gunzipped first for a
-``.gz``: the bytes the report parses; it runs on one thread, so it is timed once per trace,
-on all the cores). Peak RSS is ``ru_maxrss`` of the report's process and
-its children. Every report must be byte-identical across thread counts ("same"; a change of
-any number is a bug). ``--timings`` prints the report's stages (``TRACEANALYZER_TIMINGS=1``)
-at the highest thread count, and ``--root DIR`` runs the report from DIR (a folder holding
-another version's ``traceanalyzer/`` package: the code before a change, on the same machine
-in the same run). The fixed cost (``traceanalyzer --version``: interpreter start, imports,
-exit; best of 3) is printed first. The sources are byte-compiled first, as an installed
-package's are (`compile_sources`). MB are 10^6 bytes.
+Each cell runs in a process of its own, pinned to the first T cores (``taskset``; the tool
+sizes polars' pool from the affinity mask, as it does for a user, ``entry.polars_threads``,
+and ``NUMBA_NUM_THREADS`` is set to T): ``python -m traceanalyzer report FILE --format json
+-o OUT``, process start to exit, and the baseline ``orjson.loads`` of the file's bytes
+(gunzipped first for a ``.gz``: the bytes the report parses; it runs on one thread, so it is
+timed once per trace, on all the cores). Peak RSS is ``ru_maxrss`` of the report's process
+and its children. Every report must be byte-identical across thread counts ("same"; a change
+of any number is a bug). ``--timings`` prints the report's stages
+(``TRACEANALYZER_TIMINGS=1``) at the highest thread count, and ``--root DIR`` runs the
+report from DIR (a folder holding another version's ``traceanalyzer/`` package: the code
+before a change, on the same machine in the same run). The fixed cost (``traceanalyzer
+--version``: interpreter start, imports, exit; best of 3) is printed first. The sources are
+byte-compiled first, as an installed package's are (`compile_sources`). MB are 10^6 bytes.
 """
 
 from __future__ import annotations
@@ -83,12 +83,8 @@ def measure(
     """Wall seconds, peak RSS (MB) and stderr of `cmd` pinned to the first `threads` cores."""
     cores = sorted(os.sched_getaffinity(0))[:threads]
     pinned = ["taskset", "-c", ",".join(map(str, cores)), *cmd]
-    full_env = {
-        **os.environ,
-        **env,
-        "POLARS_MAX_THREADS": str(threads),
-        "NUMBA_NUM_THREADS": str(threads),
-    }
+    full_env = {**os.environ, **env, "NUMBA_NUM_THREADS": str(threads)}
+    full_env.pop("POLARS_MAX_THREADS", None)
     with tempfile.TemporaryFile() as err:
         start = time.perf_counter()
         proc = subprocess.Popen(

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from tests.conftest import SAMPLES
+from traceanalyzer import entry
 
 STAGES = ("read", "analyze: critical path, tables", "analyze: plan", "rules", "report", "output")
 
@@ -65,3 +66,40 @@ def test_allocator_is_tuned_before_polars_loads() -> None:
         check=True,
     ).stdout.strip()
     assert mine == "narenas:2"
+
+
+def test_polars_threads_are_set_before_polars_loads() -> None:
+    """All the cores up to 8, half of them beyond; set before polars' pool is made; a value
+    the user set wins."""
+    assert [entry.polars_threads(n) for n in (1, 2, 4, 8, 12, 16, 32, 64)] == [
+        1,
+        2,
+        4,
+        8,
+        8,
+        8,
+        16,
+        32,
+    ]
+    code = (
+        "import os, sys\n"
+        "import traceanalyzer.entry as entry\n"
+        "entry.tune_threads()\n"
+        "import polars\n"
+        "print(os.environ[entry.THREADS_VARIABLE], polars.thread_pool_size())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "POLARS_MAX_THREADS"}
+    cores = len(os.sched_getaffinity(0))
+    want = entry.polars_threads(cores)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert out == [str(want), str(want)]
+    mine = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**env, "POLARS_MAX_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert mine == ["1", "1"]

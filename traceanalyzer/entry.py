@@ -45,7 +45,7 @@ def polars_threads(cores: int) -> int:
     trace's report in 3.74-4.04 s against 3.77-4.35 s, its peak 1067-1103 MB against
     1205-1224 MB and its CPU 21 s against 25-27 s; the 164 MB trace's 1.87-2.16 s against
     2.08-2.34 s, peak 430-441 MB against 471-477 MB; reports identical. On 8 cores a pool
-    of 4 was slower (741 MB: 4.65-5.32 s against 4.15-4.67 s): below 16 it is all of them.
+    of 4 was slower (741 MB: 4.65-5.32 s against 4.15-4.67 s): up to 8 cores it is all of them.
     """
     return min(cores, max(8, cores // 2))
 

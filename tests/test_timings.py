@@ -69,8 +69,8 @@ def test_allocator_is_tuned_before_polars_loads() -> None:
 
 
 def test_polars_threads_are_set_before_polars_loads() -> None:
-    """All the cores up to 8, half of them beyond; set before polars' pool is made; a value
-    the user set wins."""
+    """All the cores up to 8, at least 8 beyond, half of them from 16 up; set before polars'
+    pool is made; a value the user set wins."""
     assert [entry.polars_threads(n) for n in (1, 2, 4, 8, 12, 16, 32, 64)] == [
         1,
         2,

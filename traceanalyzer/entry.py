@@ -37,7 +37,8 @@ THREADS_VARIABLE = "POLARS_MAX_THREADS"
 
 
 def polars_threads(cores: int) -> int:
-    """polars' threads on `cores` cores: all of them up to 8, half of them beyond.
+    """polars' threads on `cores` cores: all of them up to 8, at least 8 beyond, and half
+    of them from 16 up.
 
     The read parses up to 8 blocks at once, each spread over polars' pool; with a pool as
     large as the cores, its threads contended with the read's own for the cores. On the

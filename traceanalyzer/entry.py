@@ -54,7 +54,10 @@ def polars_threads(cores: int) -> int:
 def tune_threads() -> None:
     """Set polars' threads for this process and its children (`polars_threads` of the cores
     it may run on), unless set."""
-    cores = len(os.sched_getaffinity(0))
+    if hasattr(os, "sched_getaffinity"):  # Linux: the cores this process may run on
+        cores = len(os.sched_getaffinity(0))
+    else:
+        cores = os.cpu_count() or 1
     os.environ.setdefault(THREADS_VARIABLE, str(polars_threads(cores)))
 
 

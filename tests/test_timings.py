@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import SAMPLES
 from traceanalyzer import entry
 
@@ -103,3 +105,20 @@ def test_polars_threads_are_set_before_polars_loads() -> None:
         check=True,
     ).stdout.split()
     assert mine == ["1", "1"]
+
+
+def test_cores_are_counted_where_there_is_no_affinity_mask(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """macOS and Windows have no `os.sched_getaffinity`: every core counts there."""
+    from traceanalyzer import parallel
+    from traceanalyzer.readers import chrome_trace
+
+    monkeypatch.delattr(os, "sched_getaffinity", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 12)
+    monkeypatch.delenv("TRACEANALYZER_READ_WORKERS", raising=False)
+    assert parallel.usable_cores() == 12
+    assert chrome_trace.read_workers() == 6
+    monkeypatch.delenv(entry.THREADS_VARIABLE, raising=False)
+    entry.tune_threads()
+    assert os.environ[entry.THREADS_VARIABLE] == "8"

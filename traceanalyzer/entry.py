@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import os
 
+from traceanalyzer.parallel import usable_cores
+
 #: jemalloc's options (the `_RJEM_` prefix is polars' build of it).
 ALLOCATOR_VARIABLE = "_RJEM_MALLOC_CONF"
 ALLOCATOR_CONF = "background_thread:true,dirty_decay_ms:200,muzzy_decay_ms:0,narenas:4"
@@ -54,11 +56,7 @@ def polars_threads(cores: int) -> int:
 def tune_threads() -> None:
     """Set polars' threads for this process and its children (`polars_threads` of the cores
     it may run on), unless set."""
-    if hasattr(os, "sched_getaffinity"):  # Linux: the cores this process may run on
-        cores = len(os.sched_getaffinity(0))
-    else:
-        cores = os.cpu_count() or 1
-    os.environ.setdefault(THREADS_VARIABLE, str(polars_threads(cores)))
+    os.environ.setdefault(THREADS_VARIABLE, str(polars_threads(usable_cores())))
 
 
 def main() -> None:

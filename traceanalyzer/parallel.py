@@ -19,6 +19,14 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
+def usable_cores() -> int:
+    """The cores this process may run on: its affinity mask where the system has one
+    (Linux), else every core (macOS and Windows have no `os.sched_getaffinity`)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def run_all(
     fn: Callable[[T], R], items: Sequence[T], jobs: int | None, scheduler: str | None
 ) -> Iterator[tuple[int, R]]:
@@ -28,7 +36,7 @@ def run_all(
     if scheduler:
         yield from _run_dask(fn, items, scheduler)
         return
-    workers = min(jobs or len(os.sched_getaffinity(0)), len(items))
+    workers = min(jobs or usable_cores(), len(items))
     if workers <= 1:
         for i, item in enumerate(items):
             yield i, fn(item)

@@ -53,6 +53,7 @@ from traceanalyzer.model import (
     TraceMeta,
     combine,
 )
+from traceanalyzer.parallel import usable_cores
 from traceanalyzer.readers.base import ByteSource, head_bytes
 from traceanalyzer.readers.chrome_fields import (
     TIMES_FROM_TEXT,
@@ -415,7 +416,7 @@ def read_workers() -> int:
     told = os.environ.get("TRACEANALYZER_READ_WORKERS", "")
     if told.isdigit() and int(told) > 0:
         return int(told)
-    return max(2, min(8, len(os.sched_getaffinity(0)) // 2))
+    return max(2, min(8, usable_cores() // 2))
 
 
 def _structural_split(

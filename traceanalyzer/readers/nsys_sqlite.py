@@ -15,7 +15,6 @@ SQL and then to the events in polars.
 
 from __future__ import annotations
 
-import os
 import re
 import sqlite3
 import struct
@@ -37,6 +36,7 @@ from traceanalyzer.model import (
     Timeline,
     TraceMeta,
 )
+from traceanalyzer.parallel import usable_cores
 from traceanalyzer.readers import nsys_schema_probe as sp
 from traceanalyzer.readers.base import SQLITE_MAGIC
 
@@ -519,7 +519,7 @@ def _read(con: sqlite3.Connection, path: Path) -> Timeline:
     # the largest tables are printed meanwhile by other processes (SQLite holds one core per
     # process): the runtime calls always, the kernels too where a third core is free
     tables = [(t, _api_columns(pr, t)) for t, _k in apis[:1]]
-    if len(os.sched_getaffinity(0)) >= 3:
+    if usable_cores() >= 3:
         tables.append((sp.KERNEL, _kernel_columns(pr)))
     with ThreadPoolExecutor(max_workers=max(1, len(tables))) as pool:
         aside = {t: fetch_aside(con, path, t, cols, pool) for t, cols in tables}

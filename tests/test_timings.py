@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import SAMPLES
-from traceanalyzer import entry
+from traceanalyzer import entry, parallel
 
 STAGES = ("read", "analyze: critical path, tables", "analyze: plan", "rules", "report", "output")
 
@@ -45,6 +45,14 @@ def test_nothing_printed_by_default(tmp_path: Path) -> None:
     assert "timing:" not in _report(tmp_path)
 
 
+def _python(code: str, env: dict[str, str]) -> str:
+    """What `code` prints, run by a fresh interpreter with exactly `env`."""
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    return done.stdout.strip()
+
+
 def test_allocator_is_tuned_before_polars_loads() -> None:
     """The command sets jemalloc's purge options before polars' library loads (they are read
     once, then); a value the user set wins."""
@@ -56,18 +64,9 @@ def test_allocator_is_tuned_before_polars_loads() -> None:
         "print(os.environ[entry.ALLOCATOR_VARIABLE])\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
-    ).stdout.strip()
+    out = _python(code, env)
     assert out == "background_thread:true,dirty_decay_ms:200,muzzy_decay_ms:0,narenas:4"
-    mine = subprocess.run(
-        [sys.executable, "-c", code],
-        env={**env, "_RJEM_MALLOC_CONF": "narenas:2"},
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    assert mine == "narenas:2"
+    assert _python(code, {**env, "_RJEM_MALLOC_CONF": "narenas:2"}) == "narenas:2"
 
 
 def test_polars_threads_are_set_before_polars_loads() -> None:
@@ -91,27 +90,15 @@ def test_polars_threads_are_set_before_polars_loads() -> None:
         "print(os.environ[entry.THREADS_VARIABLE], polars.thread_pool_size())\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "POLARS_MAX_THREADS"}
-    cores = len(os.sched_getaffinity(0))
-    want = entry.polars_threads(cores)
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
-    ).stdout.split()
-    assert out == [str(want), str(want)]
-    mine = subprocess.run(
-        [sys.executable, "-c", code],
-        env={**env, "POLARS_MAX_THREADS": "1"},
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    assert mine == ["1", "1"]
+    want = entry.polars_threads(parallel.usable_cores())
+    assert _python(code, env).split() == [str(want), str(want)]
+    assert _python(code, {**env, "POLARS_MAX_THREADS": "1"}).split() == ["1", "1"]
 
 
 def test_cores_are_counted_where_there_is_no_affinity_mask(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """macOS and Windows have no `os.sched_getaffinity`: every core counts there."""
-    from traceanalyzer import parallel
     from traceanalyzer.readers import chrome_trace
 
     monkeypatch.delattr(os, "sched_getaffinity", raising=False)

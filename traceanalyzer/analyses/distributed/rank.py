@@ -170,6 +170,73 @@ def analyze_rank(
         syncs = idle.sync_calls(timeline).collect().lazy()
     with stage("analyze: linked work"):  # once: the critical path and the windows read it
         linked = windows.linked_work(timeline, markers, keys)
+    path = _critical_path(timeline, markers, syncs, linked, solo)
+    with stage("analyze: windows"):
+        shared = _windowed(
+            timeline, markers, linked, state, syncs, opts.launch_gap_max_ns, job_steps
+        )
+    with stage("analyze: plan"):
+        results = _run_plan(shared)
+    graph = None if solo else path.result().graph
+    with stage("analyze: rank results"):
+        part = _reduce(shared, results, table, found, graph, timeline, opts.all_gaps)
+    if solo:
+        part = dataclasses.replace(part, paths=path.result().paths)
+    return part
+
+
+#: From this many polars threads up, the critical path's tables are built on a thread beside
+#: the windows (`_critical_path`). Both read the same inputs, and each of their polars plans
+#: uses only part of the cores (on the 16-core host, 3.5 and 5 cores' worth): side by side
+#: there, the 741 MB stacks trace's report took 3.31-3.72 s against 3.51-4.23 s (H100, 3
+#: rounds interleaved), at the same peak. On 2 cores they contend: the 1M-kernel Nsight
+#: benchmark's tables and windows took 4.7-5.8 s against 2.4 s one after the other.
+TABLES_BESIDE_FROM = 8
+
+
+@dataclass(frozen=True, slots=True)
+class _Path:
+    """What the critical path's thread hands back: a rank's graph inputs (for the job stage
+    to solve with the other ranks'), or the paths of a rank that is the whole job."""
+
+    graph: GraphInputs | None
+    paths: critical_path.CriticalPaths | None
+
+
+def _critical_path(
+    timeline: Timeline,
+    markers: pl.LazyFrame,
+    syncs: pl.LazyFrame,
+    linked: pl.DataFrame,
+    solo: bool,
+) -> Future[_Path]:
+    """The graph inputs of the rank's sampled steps, and for a rank that is the whole job
+    (`solo`) their paths, on their way: on a thread (with `TABLES_BESIDE_FROM` polars threads
+    or more), else the tables now and the solve on a thread (its compiled loops hold one
+    core, beside the other analyses' polars plans)."""
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="critical-path")
+    try:
+        if pl.thread_pool_size() >= TABLES_BESIDE_FROM:
+            return pool.submit(_solved, _tables, timeline, markers, syncs, linked, solo)
+        tables = _tables(timeline, markers, syncs, linked, solo)
+        if solo:  # built now, while few other large frames are held
+            return pool.submit(_solved, lambda: tables)
+        assert not isinstance(tables, critical_path.Prepared)
+        done: Future[_Path] = Future()
+        done.set_result(_Path(tables, None))
+        return done
+    finally:
+        pool.shutdown(wait=False)
+
+
+def _tables(
+    timeline: Timeline,
+    markers: pl.LazyFrame,
+    syncs: pl.LazyFrame,
+    linked: pl.DataFrame,
+    solo: bool,
+) -> GraphInputs | critical_path.Prepared | None:
+    """The graph inputs of the rank's sampled steps, prepared to solve where `solo`."""
     with stage("analyze: critical path, tables"):
         graph = critical_path.inputs(
             timeline,
@@ -177,33 +244,18 @@ def analyze_rank(
             syncs.collect(),
             work=linked.select(*windows.CRITICAL_PATH_COLUMNS, *windows.LINK_COLUMNS),
         )
-        # a rank that is the whole job builds its graph now, while few other large frames
-        # are held (the tables need the most memory of all), and solves it on a thread
-        # beside the other analyses, whose polars plans leave the other core partly idle
-        prepared = critical_path.prepared([graph] if graph else []) if solo else None
-    solving: Future[critical_path.CriticalPaths] | None = None
-    if prepared is not None:
-        graph = None
-        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="critical-path")
-        solving = pool.submit(_timed_solve, prepared)
-        pool.shutdown(wait=False)
-        del prepared
-    with stage("analyze: windows"):
-        shared = _windowed(
-            timeline, markers, linked, state, syncs, opts.launch_gap_max_ns, job_steps
-        )
-    with stage("analyze: plan"):
-        results = _run_plan(shared)
-    with stage("analyze: rank results"):
-        part = _reduce(shared, results, table, found, graph, timeline, opts.all_gaps)
-    if solving is not None:
-        part = dataclasses.replace(part, paths=solving.result())
-    return part
+        return critical_path.prepared([graph] if graph else []) if solo else graph
 
 
-def _timed_solve(prepared: critical_path.Prepared) -> critical_path.CriticalPaths:
+def _solved(
+    tables: Callable[..., GraphInputs | critical_path.Prepared | None], *args: Any
+) -> _Path:
+    """`tables(*args)`, solved where they are prepared to be (a rank that is the job)."""
+    got = tables(*args)
+    if not isinstance(got, critical_path.Prepared):
+        return _Path(got, None)
     with stage("analyze: critical path, solve (thread)"):
-        return prepared.solve()
+        return _Path(None, got.solve())
 
 
 def _steady_steps(

@@ -189,8 +189,9 @@ def analyze_rank(
 #: the windows (`_critical_path`). Both read the same inputs, and each of their polars plans
 #: uses only part of the cores (on the 16-core host, 3.5 and 5 cores' worth): side by side
 #: there, the 741 MB stacks trace's report took 3.31-3.72 s against 3.51-4.23 s (H100, 3
-#: rounds interleaved), at the same peak. On 2 cores they contend: the 1M-kernel Nsight
-#: benchmark's tables and windows took 4.7-5.8 s against 2.4 s one after the other.
+#: rounds interleaved), at the same peak; on 8 cores the 1M-kernel Nsight benchmark's took
+#: 7.1-8.4 s against 8.3-9.0 s. On 2 cores they contend: that benchmark's tables and windows
+#: took 4.7-5.8 s against 2.4 s one after the other.
 TABLES_BESIDE_FROM = 8
 
 

@@ -187,12 +187,13 @@ def analyze_rank(
 
 #: From this many polars threads up, the critical path's tables are built on a thread beside
 #: the windows (`_critical_path`). Both read the same inputs, and each of their polars plans
-#: uses only part of the cores (on the 16-core host, 3.5 and 5 cores' worth): side by side
-#: there, the 741 MB stacks trace's report took 3.31-3.72 s against 3.51-4.23 s (H100, 3
-#: rounds interleaved), at the same peak; on 8 cores the 1M-kernel Nsight benchmark's took
-#: 7.1-8.4 s against 8.3-9.0 s. On 2 cores they contend: that benchmark's tables and windows
-#: took 4.7-5.8 s against 2.4 s one after the other.
-TABLES_BESIDE_FROM = 8
+#: uses only part of the cores (on the 16-core host, 3.5 and 5 cores' worth). Side by side,
+#: on the H100 host (3 rounds interleaved, cores pinned): 16 cores, the 741 MB stacks trace's
+#: report 3.31-3.72 s against 3.51-4.23 s at the same peak; 8 cores, the 1M-kernel Nsight
+#: benchmark 7.1-8.4 s against 8.3-9.0 s; 4 cores, that benchmark 8.8-9.7 s against
+#: 9.4-10.5 s (the 741 MB report unchanged on 8 and 4 cores). On 2 cores they contend: that
+#: benchmark's tables and windows took 4.7-5.8 s against 2.4 s one after the other.
+TABLES_BESIDE_FROM = 4
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_report import GOAL_MB_PER_S, MB, REPO_ROOT
 from make_shapes import BENCH_DIR, make
 
-from traceanalyzer.readers.chrome_fields import Parsed, parse_ndjson
+from traceanalyzer.readers.chrome_fields import Fields, Parsed, parse_ndjson
 from traceanalyzer.readers.chrome_normalise import normalise
 from traceanalyzer.readers.json_scan import EventSplitter
 from traceanalyzer.readers.json_stream import StructuralSplitter
@@ -45,7 +45,7 @@ def stages(path: Path) -> dict[str, float]:
     data = path.read_bytes().removeprefix(b"\xef\xbb\xbf")
     at = data.index(b"[", data.index(b'"traceEvents"')) + 1
     splitter: EventSplitter | StructuralSplitter = EventSplitter()
-    parsed = Parsed(path=path, header={}, comm=False)
+    parsed = Parsed(path=path, header={}, fields=Fields())
     spent = {"split": 0.0, "parse": 0.0, "normalise": 0.0}
     while at < len(data):
         buf = bytearray(data[at : at + BLOCK])

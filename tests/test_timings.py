@@ -106,6 +106,9 @@ def test_cores_are_counted_where_there_is_no_affinity_mask(
     monkeypatch.delenv("TRACEANALYZER_READ_WORKERS", raising=False)
     assert parallel.usable_cores() == 12
     assert chrome_trace.read_workers() == 6
-    monkeypatch.delenv(entry.THREADS_VARIABLE, raising=False)
+    # set first so that the test's end restores it (unset, a delenv would not undo
+    # tune_threads' setdefault, and later tests' subprocesses would inherit it)
+    monkeypatch.setenv(entry.THREADS_VARIABLE, "")
+    monkeypatch.delenv(entry.THREADS_VARIABLE)
     entry.tune_threads()
     assert os.environ[entry.THREADS_VARIABLE] == "8"

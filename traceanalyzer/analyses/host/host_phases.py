@@ -133,14 +133,15 @@ def segments(timeline: Timeline, markers: pl.LazyFrame) -> pl.LazyFrame:
         .agg(bwd_start=pl.col("start_ns").min())
     )
     ranges = steps.rename({"start_ns": "s_start", "end_ns": "s_end"})
+    # one join of the ranges to the steps' bounds and first backward operator
+    bounds = ranges.join(first_bwd, on=["rank", "step"], how="left")
     spans = (
-        phased.join(first_bwd, on=["rank", "step"], how="left")
+        phased.join(bounds, on=["rank", "step"])
         .filter(
             (pl.col("phase") != "forward")
             | pl.col("bwd_start").is_null()
             | (pl.col("start_ns") < pl.col("bwd_start"))
         )
-        .join(ranges, on=["rank", "step"])
         .with_columns(
             start_ns=pl.max_horizontal("start_ns", "s_start"),
             end_ns=pl.min_horizontal("end_ns", "s_end"),
@@ -157,13 +158,18 @@ def segments(timeline: Timeline, markers: pl.LazyFrame) -> pl.LazyFrame:
             ranges.select("rank", "step", phase=pl.lit(None, pl.String), t="s_end", d=pl.lit(0)),
         ]
     )
+    # each span's +1 and -1 fall in its own step, so every step's sums end at 0 and a running
+    # sum over the sorted edges is each step's own; a segment runs to the next edge of its step
+    same_step = (pl.col("rank").shift(-1) == pl.col("rank")) & (
+        pl.col("step").shift(-1) == pl.col("step")
+    )
     cover = (
         edges.with_columns(**{f"_{p}": delta[p] for p in PHASES})
         .group_by("rank", "step", "t")
         .agg(pl.col(f"_{p}").sum() for p in PHASES)
         .sort("rank", "step", "t")
-        .with_columns(pl.col(f"_{p}").cum_sum().over("rank", "step") for p in PHASES)
-        .with_columns(seg=(pl.col("t").shift(-1).over("rank", "step") - pl.col("t")).fill_null(0))
+        .with_columns(pl.col(f"_{p}").cum_sum() for p in PHASES)
+        .with_columns(seg=pl.when(same_step).then(pl.col("t").shift(-1) - pl.col("t")).otherwise(0))
     )
     owner = pl.lit("other")
     for p in reversed(PHASES):

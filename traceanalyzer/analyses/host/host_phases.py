@@ -158,17 +158,23 @@ def segments(timeline: Timeline, markers: pl.LazyFrame) -> pl.LazyFrame:
             ranges.select("rank", "step", phase=pl.lit(None, pl.String), t="s_end", d=pl.lit(0)),
         ]
     )
-    # each span's +1 and -1 fall in its own step, so every step's sums end at 0 and a running
-    # sum over the sorted edges is each step's own; a segment runs to the next edge of its step
+    # Each span's +1 and -1 fall in its own step, so every step's sums end at 0: one running
+    # sum over the edges sorted by step and time is each step's own, and its value at the last
+    # edge of a time is the cover from that time on (no group-by of the edges by time). A
+    # segment runs to the step's next time.
     same_step = (pl.col("rank").shift(-1) == pl.col("rank")) & (
         pl.col("step").shift(-1) == pl.col("step")
     )
+    key = ["rank", "step", "t"]
+    last_at_t = ((pl.col("t").shift(-1) != pl.col("t")) | ~same_step.fill_null(False)).fill_null(
+        True
+    )
     cover = (
         edges.with_columns(**{f"_{p}": delta[p] for p in PHASES})
-        .group_by("rank", "step", "t")
-        .agg(pl.col(f"_{p}").sum() for p in PHASES)
-        .sort("rank", "step", "t")
+        .select(*key, *(f"_{p}" for p in PHASES))
+        .sort(key)
         .with_columns(pl.col(f"_{p}").cum_sum() for p in PHASES)
+        .filter(last_at_t)
         .with_columns(seg=pl.when(same_step).then(pl.col("t").shift(-1) - pl.col("t")).otherwise(0))
     )
     owner = pl.lit("other")

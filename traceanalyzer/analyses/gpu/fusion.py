@@ -173,6 +173,9 @@ def memory_bound_model(
             new_op=pl.col("op_link").ne_missing(pl.col("op_link").shift(1).over(stream)),
         )
     )
+    # read twice below (the chains, then the memory-bound total): made once, as the plan
+    # made it twice (on a 741 MB trace with stacks, 0.26 s against 0.19 s for this model here)
+    runs = runs.collect().lazy()
     per_op = (
         runs.filter(pl.col("known"))
         .with_columns(op_seq=pl.col("new_op").cum_sum().over(stream))

@@ -305,7 +305,7 @@ def keep(result: Frame, parsed: Parsed) -> None:
         frames[0].extend(frame)
         return
     frames.append(frame)
-    if len(frames) > 1 and sum(f.height for f in frames) >= GROW_FROM_ROWS:
+    if len(frames) > 1 and parsed.event_count >= GROW_FROM_ROWS:
         frames[:] = [pl.concat(frames, how="vertical", rechunk=True)]
 
 

@@ -104,6 +104,10 @@ def _check(
     )
     assert dist.tolist() == want_dist
     assert pred.tolist() == want_pred
+    alone = longest_path.distances(
+        order, edges, weighting, n, np.array(sources, np.int64), force=compiled
+    )
+    assert alone.tolist() == want_dist  # the what-ifs' distances without predecessors
 
 
 @BACKENDS

@@ -270,7 +270,11 @@ class Prepared:
         ]
         path = _clip(pl.concat(chains), tables.edges, dist, arrays.u) if chains else _empty_path()
         del dist, pred  # one weighting's distances alive at a time (32 MB per 4e6 nodes)
-        saved = _saved(wins, self.scenarios, lambda s: solve(s)[0])
+        saved = _saved(
+            wins,
+            self.scenarios,
+            lambda s: longest_path.distances(order, arrays, weighting(s), n, sources),
+        )
         return CriticalPaths(
             steps=_compose(tables, path),
             what_if=saved.sort("rank", "step", "scenario"),

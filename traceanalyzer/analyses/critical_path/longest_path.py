@@ -3,14 +3,16 @@
 Analyses stage, the solver under `critical_path`. The graph of every analysed step is one
 edge list (`u` → `v`, integer node ids; the steps' graphs share no node), and the longest
 path from each step's job source is a dynamic programme over the edges in topological
-order: one pass per weighting (the trace's own, then each what-if).
+order: one pass per weighting (the trace's own, then each what-if; a what-if's pass keeps
+the distances only, `distances`).
 
 Two backends run the same loops. A graph of up to `COMPILED_FROM` edges (every sampled
 step of a typical trace: 5 * 10^4 edges for a 200 MB one) runs them in plain Python over
-lists, in tenths of a second. Above it they must not run in Python: a step of 10^6 kernels
-has about 5 * 10^6 edges, and seven passes over them are 4 * 10^7 updates; numba compiles
-them once (cached on disk) and loading it costs about 0.5 s and 100 MB of memory, which a
-small graph does not need to pay.
+lists (each pass over the edges in topological order, their fields read in turn; the
+binding edges by one numpy sort), in tenths of a second. Above it they must not run in
+Python: a step of 10^6 kernels has about 5 * 10^6 edges, and seven passes over them are
+4 * 10^7 updates; numba compiles them once (cached on disk) and loading it costs about
+0.5 s and 100 MB of memory, which a small graph does not need to pay.
 
 Ties: of a node's incoming edges that reach its longest distance, a binding edge is its
 predecessor, then the lowest edge index; the choice never depends on the topological order
@@ -28,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-#: Minus infinity of the distances, and the weight of an edge left out of a what-if.
+#: Minus infinity of the distances (a node no source reaches).
 NEG = -(1 << 62)
 
 I64 = npt.NDArray[np.int64]
@@ -220,7 +222,7 @@ def topological_edges(u: I64, v: I64, n: int, *, force: bool | None = None) -> I
     if compiled(u.shape[0], force):
         order: I64 = _kernels()["topological_edges"](_ints(u), _ints(v), n)
     else:
-        order = _py_topological_edges(u.tolist(), v.tolist(), n)
+        order = _py_topological_edges(_ints(u), _ints(v), n)
     if order.shape[0] != u.shape[0]:
         raise CycleError("the critical-path graph has a cycle")
     return order
@@ -298,6 +300,22 @@ def longest(
     return dist, pred
 
 
+def distances(
+    order: I64,
+    edges: Edges,
+    weighting: Weighting,
+    n: int,
+    sources: I64,
+    *,
+    force: bool | None = None,
+) -> I64:
+    """`longest(...)[0]`: the distances alone (a distance does not depend on which of tied
+    edges is a node's predecessor), for the what-ifs, which need no path."""
+    if not compiled(edges.u.shape[0], force):
+        return _py_distances(order, edges, weighting, n, sources)
+    return longest(order, edges, weighting, n, sources, force=True)[0]
+
+
 def walk(
     pred: I64, u: I64, dist: I64, sink: int, stop: int, lo: int, *, force: bool | None = None
 ) -> I64:
@@ -313,28 +331,30 @@ def binding_edges(
 ) -> npt.NDArray[np.bool_]:
     """Each node's binding incoming edge (see critical_edges.bind): a mask over the edges."""
     if not compiled(v.shape[0], force):
-        return _py_binding_edges(v.tolist(), slack.tolist(), role.tolist(), u.tolist(), n)
+        return _py_binding_edges(_ints(v), _ints(slack), _ints(role), _ints(u))
     mask: npt.NDArray[np.bool_] = _kernels()["binding_edges"](
         _ints(v), _ints(slack), _ints(role), _ints(u), n
     )
     return mask
 
 
-# --- the same loops in plain Python, over lists (graphs up to COMPILED_FROM edges)
+# --- the same in plain Python and numpy (graphs up to COMPILED_FROM edges)
 
 
-def _py_topological_edges(u: list[int], v: list[int], n: int) -> I64:
-    indeg = [0] * n
-    out: list[list[int]] = [[] for _ in range(n)]
-    for e, (a, b) in enumerate(zip(u, v, strict=True)):
-        indeg[b] += 1
-        out[a].append(e)
-    queue = [i for i in range(n) if indeg[i] == 0]
+def _py_topological_edges(u: I64, v: I64, n: int) -> I64:
+    by_source = np.argsort(u, kind="stable")  # each node's outgoing edges, by edge index
+    first: list[int] = np.searchsorted(u[by_source], np.arange(n + 1)).tolist()
+    indeg_array = np.bincount(v, minlength=n)
+    queue: list[int] = np.flatnonzero(indeg_array == 0).tolist()
+    indeg: list[int] = indeg_array.tolist()
+    out: list[int] = by_source.tolist()
+    targets: list[int] = v.tolist()
     order: list[int] = []
     for node in queue:  # the queue grows while it is walked
-        for e in out[node]:
-            order.append(e)
-            w = v[e]
+        edges = out[first[node] : first[node + 1]]
+        order.extend(edges)
+        for e in edges:
+            w = targets[e]
             indeg[w] -= 1
             if indeg[w] == 0:
                 queue.append(w)
@@ -343,28 +363,33 @@ def _py_topological_edges(u: list[int], v: list[int], n: int) -> I64:
     return np.array(order, np.int64)
 
 
-def _py_longest(
-    order: I64, edges: Edges, weighting: Weighting, n: int, sources: I64
-) -> tuple[I64, I64]:
+def _py_ordered(
+    order: I64, edges: Edges, weighting: Weighting
+) -> tuple[list[int], list[int], list[int], list[int]]:
+    """The edges the weighting keeps, in `order`: their indices, sources, targets and
+    weights, as lists (a loop over them reads each edge's fields in turn, not by index)."""
     factor = weighting.kind_factor
     weights = np.rint(edges.work * factor[edges.work_kind]).astype(np.int64) + np.rint(
         edges.slack * factor[edges.slack_kind]
     ).astype(np.int64)
-    ws: list[int] = np.where(weighting.role_dropped[edges.role], NEG, weights).tolist()
-    us: list[int] = edges.u.tolist()
-    vs: list[int] = edges.v.tolist()
+    kept = order[~weighting.role_dropped[edges.role][order]]
+    return kept.tolist(), edges.u[kept].tolist(), edges.v[kept].tolist(), weights[kept].tolist()
+
+
+def _py_longest(
+    order: I64, edges: Edges, weighting: Weighting, n: int, sources: I64
+) -> tuple[I64, I64]:
+    es, us, vs, ws = _py_ordered(order, edges, weighting)
     binding: list[bool] = edges.binding.tolist()
     dist = [NEG] * n
     pred = [-1] * n
     for s in sources.tolist():
         dist[s] = 0
-    for e in order.tolist():
-        du = dist[us[e]]
-        we = ws[e]
-        if du == NEG or we == NEG:
+    for e, a, x, we in zip(es, us, vs, ws, strict=True):
+        du = dist[a]
+        if du == NEG:
             continue
         d = du + we
-        x = vs[e]
         dx = dist[x]
         if d > dx:
             dist[x] = d
@@ -374,6 +399,18 @@ def _py_longest(
             if p < 0 or (binding[e] and not binding[p]) or (binding[e] == binding[p] and e < p):
                 pred[x] = e
     return np.array(dist, np.int64), np.array(pred, np.int64)
+
+
+def _py_distances(order: I64, edges: Edges, weighting: Weighting, n: int, sources: I64) -> I64:
+    _, us, vs, ws = _py_ordered(order, edges, weighting)
+    dist = [NEG] * n
+    for s in sources.tolist():
+        dist[s] = 0
+    for a, x, we in zip(us, vs, ws, strict=True):
+        du = dist[a]
+        if du != NEG and du + we > dist[x]:
+            dist[x] = du + we
+    return np.array(dist, np.int64)
 
 
 def _py_walk(pred: I64, u: I64, dist: I64, sink: int, stop: int, lo: int) -> I64:
@@ -386,15 +423,12 @@ def _py_walk(pred: I64, u: I64, dist: I64, sink: int, stop: int, lo: int) -> I64
     return np.array(chain[::-1], np.int64)
 
 
-def _py_binding_edges(
-    v: list[int], slack: list[int], role: list[int], u: list[int], n: int
-) -> npt.NDArray[np.bool_]:
-    best = [-1] * n
-    for e, x in enumerate(v):
-        b = best[x]
-        if b < 0 or (slack[e], role[e], u[e]) < (slack[b], role[b], u[b]):
-            best[x] = e
-    out = np.zeros(len(v), np.bool_)
-    chosen = [b for b in best if b >= 0]
-    out[chosen] = True
+def _py_binding_edges(v: I64, slack: I64, role: I64, u: I64) -> npt.NDArray[np.bool_]:
+    # by target, then (slack, role, source); lexsort is stable: ties keep the lowest index
+    by = np.lexsort((u, role, slack, v))
+    target = v[by]
+    first = np.ones(by.shape[0], np.bool_)
+    first[1:] = target[1:] != target[:-1]
+    out = np.zeros(by.shape[0], np.bool_)
+    out[by[first]] = True
     return out

@@ -236,3 +236,38 @@ def test_preload_loads_on_a_thread_and_leaves_a_failure_to_the_solve(
     assert raised == [] and capfd.readouterr().err == ""
     with pytest.raises(ValueError, match="no compiler"):
         longest_path._kernels()
+
+
+def test_same_weights_means_every_edge_weighs_the_same() -> None:
+    """A what-if is skipped only where it weighs every edge of the graph as recorded and
+    leaves out the same edges: kinds and roles the graph does not have change nothing."""
+    edges = longest_path.Edges(
+        u=np.array([0, 1, 2], np.int64),
+        v=np.array([1, 2, 3], np.int64),
+        work=np.array([3, 0, 5], np.int64),
+        slack=np.array([0, 2, 0], np.int64),
+        work_kind=np.array([0, 0, 1], np.int64),  # kinds 0 and 1 carry work, 2 slack only
+        slack_kind=np.array([2, 2, 2], np.int64),
+        role=np.array([0, 1, 1], np.int64),  # role 2: no edge
+        binding=np.zeros(3, bool),
+    )
+
+    def weighting(factors: list[float], dropped: list[bool]) -> longest_path.Weighting:
+        return longest_path.Weighting(np.array(factors), np.array(dropped))
+
+    base = weighting([1.0, 1.0, 1.0, 1.0], [False, False, False])
+    same = longest_path.same_weights
+    assert same(edges, base, base)
+    assert same(edges, base, weighting([1.0, 1.0, 1.0, 0.0], [False, False, True]))  # absent
+    assert not same(edges, base, weighting([0.5, 1.0, 1.0, 1.0], [False, False, False]))
+    assert not same(edges, base, weighting([1.0, 1.0, 0.0, 1.0], [False, False, False]))
+    assert not same(edges, base, weighting([1.0, 1.0, 1.0, 1.0], [False, True, False]))
+    # 0.5 of an odd part rounds half to even: 5 * 0.5 -> 2, not the same weight
+    assert not same(edges, base, weighting([1.0, 0.5, 1.0, 1.0], [False, False, False]))
+    # a factor on a kind whose parts are all 0 changes no weight
+    zero_work = longest_path.Edges(**{**_fields(edges), "work": np.zeros(3, np.int64)})
+    assert same(zero_work, base, weighting([0.0, 0.0, 1.0, 1.0], [False, False, False]))
+
+
+def _fields(edges: longest_path.Edges) -> dict[str, np.ndarray]:
+    return {name: getattr(edges, name) for name in longest_path.Edges.__slots__}

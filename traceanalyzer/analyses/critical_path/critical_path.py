@@ -248,10 +248,8 @@ class Prepared:
         sources = tables.jobs["job"].to_numpy()
         order = longest_path.topological_edges(arrays.u, arrays.v, n)
 
-        def solve(scenario: Scenario) -> tuple[I64, I64]:
-            return longest_path.longest(order, arrays, weighting(scenario), n, sources)
-
-        dist, pred = solve(Scenario("as_recorded", ()))
+        as_recorded = weighting(Scenario("as_recorded", ()))
+        dist, pred = longest_path.longest(order, arrays, as_recorded, n, sources)
         wins = tables.windows.join(tables.jobs, on="step")
         wins = wins.with_columns(
             lo=pl.Series(dist[wins["source"].to_numpy()]),
@@ -270,11 +268,15 @@ class Prepared:
         ]
         path = _clip(pl.concat(chains), tables.edges, dist, arrays.u) if chains else _empty_path()
         del dist, pred  # one weighting's distances alive at a time (32 MB per 4e6 nodes)
-        saved = _saved(
-            wins,
-            self.scenarios,
-            lambda s: longest_path.distances(order, arrays, weighting(s), n, sources),
-        )
+
+        def distances(scenario: Scenario) -> I64 | None:
+            """The what-if's distances; None where it weighs this graph as recorded."""
+            weights = weighting(scenario)
+            if longest_path.same_weights(arrays, weights, as_recorded):
+                return None
+            return longest_path.distances(order, arrays, weights, n, sources)
+
+        saved = _saved(wins, self.scenarios, distances)
         return CriticalPaths(
             steps=_compose(tables, path),
             what_if=saved.sort("rank", "step", "scenario"),
@@ -426,17 +428,23 @@ def _clip(chains: pl.DataFrame, edges: pl.DataFrame, dist: I64, u: I64) -> pl.Da
 
 
 def _saved(
-    wins: pl.DataFrame, scenarios: tuple[Scenario, ...], distances: Callable[[Scenario], I64]
+    wins: pl.DataFrame,
+    scenarios: tuple[Scenario, ...],
+    distances: Callable[[Scenario], I64 | None],
 ) -> pl.DataFrame:
     """What each scenario saves per (rank, step): the path before minus the path after,
     recomputed with the scenario's weights (`distances`: every node's, of which only the
-    windows' sources and sinks are kept; never below 0)."""
+    windows' sources and sinks are kept; None: the graph's own, whose paths are the windows'
+    `hi - lo`; never below 0)."""
     source = wins["source"].to_numpy()
     sink = wins["sink"].to_numpy()
     parts = []
     for scenario in scenarios:
         d2 = distances(scenario)
-        after = np.where(d2[sink] != _NEG, d2[sink] - d2[source], 0)
+        if d2 is None:
+            after = (wins["hi"] - wins["lo"]).to_numpy()
+        else:
+            after = np.where(d2[sink] != _NEG, d2[sink] - d2[source], 0)
         del d2
         parts.append(
             wins.select(

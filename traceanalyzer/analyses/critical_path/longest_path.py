@@ -363,15 +363,33 @@ def _py_topological_edges(u: I64, v: I64, n: int) -> I64:
     return np.array(order, np.int64)
 
 
+def _weights(edges: Edges, weighting: Weighting) -> I64:
+    """Each edge's weight: its parts scaled by their kinds' factors, each rounded half to
+    even (as the compiled loop does), whether or not its role is dropped."""
+    factor = weighting.kind_factor
+    weights: I64 = np.rint(edges.work * factor[edges.work_kind]).astype(np.int64) + np.rint(
+        edges.slack * factor[edges.slack_kind]
+    ).astype(np.int64)
+    return weights
+
+
+def same_weights(edges: Edges, a: Weighting, b: Weighting) -> bool:
+    """Whether two weightings weigh every edge alike and leave out the same ones (then
+    their distances are the same: a what-if that changes nothing on this graph needs no
+    pass)."""
+    dropped_a, dropped_b = a.role_dropped[edges.role], b.role_dropped[edges.role]
+    if not np.array_equal(dropped_a, dropped_b):
+        return False
+    kept = ~dropped_a
+    return bool(np.array_equal(_weights(edges, a)[kept], _weights(edges, b)[kept]))
+
+
 def _py_ordered(
     order: I64, edges: Edges, weighting: Weighting
 ) -> tuple[list[int], list[int], list[int], list[int]]:
     """The edges the weighting keeps, in `order`: their indices, sources, targets and
     weights, as lists (a loop over them reads each edge's fields in turn, not by index)."""
-    factor = weighting.kind_factor
-    weights = np.rint(edges.work * factor[edges.work_kind]).astype(np.int64) + np.rint(
-        edges.slack * factor[edges.slack_kind]
-    ).astype(np.int64)
+    weights = _weights(edges, weighting)
     kept = order[~weighting.role_dropped[edges.role][order]]
     return kept.tolist(), edges.u[kept].tolist(), edges.v[kept].tolist(), weights[kept].tolist()
 

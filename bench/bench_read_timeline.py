@@ -30,9 +30,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from traceanalyzer.readers import chrome_trace
 
 
-def timeline(path: Path) -> tuple[float, dict[int, dict[str, float]]]:
-    """The read's seconds and, per block (by its offset), its times since the read began."""
+def timeline(
+    path: Path,
+) -> tuple[float, dict[int, dict[str, float]], list[tuple[float, float]]]:
+    """The read's seconds and, per block (by its offset), its times since the read began;
+    the start and end of every block parsed again on the workers."""
     marks: dict[int, dict[str, float]] = {}
+    again: list[tuple[float, float]] = []  # blocks parsed again on the workers: start, end
     read_block, submit, keep = (
         chrome_trace._read_block,
         chrome_trace.ThreadPoolExecutor.submit,
@@ -46,8 +50,20 @@ def timeline(path: Path) -> tuple[float, dict[int, dict[str, float]]]:
         return block
 
     def timed_submit(pool: Any, fn: Any, task: Any, *args: Any) -> Any:
+        if fn is not chrome_trace._read_block:  # a block parsed again (`_parsed_with`)
+            return submit(pool, timed_again(fn), task, *args)
         marks.setdefault(task.offset, {})["submit"] = time.perf_counter()
         return submit(pool, fn, task, *args)
+
+    def timed_again(fn: Any) -> Any:
+        def run(*args: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return fn(*args)
+            finally:
+                again.append((start, time.perf_counter()))
+
+        return run
 
     def timed_keep(state: Any, block: Any) -> None:
         marks.setdefault(block.offset, {})["kept"] = time.perf_counter()
@@ -64,22 +80,28 @@ def timeline(path: Path) -> tuple[float, dict[int, dict[str, float]]]:
         chrome_trace._read_block = read_block
         chrome_trace.ThreadPoolExecutor.submit = submit  # type: ignore[method-assign]
         chrome_trace._InOrder.keep = keep  # type: ignore[method-assign]
-    return seconds, {
+    blocks = {
         k: {name: t - begin for name, t in v.items()} for k, v in marks.items() if len(v) == 4
     }
+    return seconds, blocks, [(a - begin, b - begin) for a, b in again]
 
 
-def summary(seconds: float, marks: dict[int, dict[str, float]]) -> list[str]:
+def summary(
+    seconds: float, marks: dict[int, dict[str, float]], again: list[tuple[float, float]]
+) -> list[str]:
     rows = [marks[k] for k in sorted(marks)]
     start = np.array([r["start"] for r in rows])
     end = np.array([r["end"] for r in rows])
     took = (end - start) * 1e3
     at = np.linspace(0.0, seconds, 2000)
     busy = ((start[None, :] <= at[:, None]) & (end[None, :] > at[:, None])).sum(1)
+    if again:  # a block parsed again keeps a worker busy too
+        a, b = np.array(again).T
+        busy += ((a[None, :] <= at[:, None]) & (b[None, :] > at[:, None])).sum(1)
     tenths = " ".join(f"{part.mean():.1f}" for part in np.array_split(busy, 10))
     first = " ".join(f"{r['start']:.2f}-{r['end']:.2f}" for r in rows[:6])
     return [
-        f"read {seconds:.2f} s, {len(rows)} blocks",
+        f"read {seconds:.2f} s, {len(rows)} blocks, {len(again)} parsed again on the workers",
         f"worker per block: mean {took.mean():.1f} ms, p90 {np.percentile(took, 90):.1f} ms",
         f"workers busy per tenth of the read: {tenths}",
         f"first blocks (start-end s): {first}",

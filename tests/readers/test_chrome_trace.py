@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import gzip
+import threading
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -681,12 +683,31 @@ def test_blocks_read_at_once_equal_blocks_read_in_turn(
 ) -> None:
     """Blocks rewritten, parsed and normalised on several threads at once (each with the
     fields the file had shown when it was handed out, parsed again where an earlier block
-    showed more) give the events and counts of reading them one after the other."""
+    showed more: from `SPECULATE_FROM` workers, from the file's start and on the workers)
+    give the events and counts of reading them one after the other."""
     monkeypatch.setattr(chrome_trace, "BLOCK_BYTES", 64 << 10)  # fields show up block by block
+    parse = chrome_trace._parse
+    again: list[str] = []  # the threads that parsed a block again
+
+    def counted(ndjson: bytes, *args: Any) -> Any:
+        if ndjson in seen:
+            again.append(threading.current_thread().name)
+        seen.add(ndjson)
+        return parse(ndjson, *args)
+
+    seen: set[bytes] = set()
+    monkeypatch.setattr(chrome_trace, "_parse", counted)
     got = {}
     for workers in (1, 6):
+        seen.clear()
+        again.clear()
         monkeypatch.setattr(chrome_trace, "read_workers", lambda w=workers: w)
         got[workers] = chrome_trace.read_file(path)
+    assert chrome_trace.SPECULATE_FROM <= 6
+    # blocks handed out before an earlier one showed more fields are parsed again on the
+    # workers, never one by one on the main thread (this trace shows some while six are out)
+    assert all(name.startswith("read") for name in again)
+    assert again or path.name != "grad_scaler_fp16.json.gz"
     one, many = got[1], got[6]
     assert len(one.frames) > 10
     assert many.fields == one.fields

@@ -353,8 +353,8 @@ def _read_events(win: _Window, parsed: Parsed, kineto: bool) -> None:
     one after the other. Until the fields settle (the first blocks of a file show most of
     them), blocks are read one at a time, so that they are not parsed twice, unless there
     are cores to spare (`SPECULATE_FROM` workers): then they are handed out at once, and a
-    block that shows more fields has the blocks out after it parsed again on the workers. At most
-    `workers` blocks wait: memory stays bounded.
+    block that shows more fields has the blocks out after it parsed again on the workers.
+    At most `workers` blocks wait: memory stays bounded.
     """
     splitter: EventSplitter | SpeculativeCutter | StructuralSplitter = (
         EventSplitter() if kineto else StructuralSplitter()

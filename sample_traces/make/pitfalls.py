@@ -1,0 +1,876 @@
+"""pitfalls: common PyTorch performance pitfalls, each profiled with torch.profiler and timed,
+together with its fix, WITHOUT the profiler in the same process.
+
+usage: python3 pitfalls.py SCENARIO OUTDIR      (writes OUTDIR/SCENARIO.json.gz, prints FACTs)
+       PITFALLS_DRY=1 python3 pitfalls.py SCENARIO OUTDIR   (tiny sizes on the CPU: checks the
+       script without a GPU; the numbers mean nothing)
+
+Every process first times its variants with the profiler off (rounds interleaved: pitfall,
+fix, pitfall, fix, ...; each round = a few warm-up steps, torch.cuda.synchronize(), N steps,
+torch.cuda.synchronize(), mean ms per step from the host clock), prints them as FACT lines
+(`pitfall_step_ms`, `fixed_step_ms`, `saving_ms` and the rounds), THEN profiles its own
+variant: a few un-profiled warm-up steps, then `profile(activities=[CPU, CUDA],
+schedule(wait=1, warmup=2, active=4), record_shapes=True)`, `prof.step()` per iteration
+(ProfilerStep#3..#6 recorded), export_chrome_trace, gzip -9. (recompile_every_step profiles
+first and times after, so that its trace is made even if its slow compiles run long.)
+
+The GPT (common.GPT: pre-norm blocks, fused QKV Linear, SDPA causal, GELU MLP 4x, learned
+positions, untied head) for every GPT scenario: vocab 8192, width 1024, 16 heads, 4 layers,
+batch 16 x 512 tokens, bf16 autocast, `cross_entropy(logits.float())`, `AdamW(fused=True)`,
+`zero_grad(set_to_none=True)`; token batches made on the GPU up front (4, used in turn).
+
+Scenarios (the one profiled is the name; "fix" = what is timed beside it):
+  empty_cache_every_step   GPT training + torch.cuda.empty_cache() after every step. Fix: none.
+  allocator_steady         the same training without empty_cache (twin of the above and of
+                           checkpoint_every_block: same model, sizes, batches).
+  recompile_every_step     a 2-layer GPT (width 512, 8 heads, batch 8) under
+                           torch.compile(dynamic=False), a NEW sequence length every step
+                           (512, 504, 496, ...: multiples of 8), so dynamo recompiles each step;
+                           torch._dynamo.config.recompile_limit raised to 64. One un-profiled
+                           step, then profiled wait=1, warmup=2, active=3 (every step a new
+                           length). Fix: torch.compile(dynamic=True) fed the same kind of
+                           varying lengths; the pitfall is timed on yet more new lengths.
+  compile_dynamic_shapes   the dynamic=True model with varying lengths, profiled after warm-up.
+  anomaly_detection_on     GPT training with torch.autograd.set_detect_anomaly(True) on for
+                           the whole loop. Fix: off.
+  item_logging_per_layer   GPT training (anomaly off) with a forward hook on every block that
+                           logs `out.float().mean().item()` (4 syncs per step). Fix: no hook.
+  conv_nchw_bf16           ResNet-50 (torchvision's if importable, else the same net written
+                           here), batch 64 x 3 x 224 x 224, bf16 autocast, SGD momentum 0.9,
+                           default NCHW. Fix: model and input in torch.channels_last.
+  conv_channels_last_bf16  the channels_last run (twin), profiled.
+  checkpoint_every_block   GPT training, each block under
+                           torch.utils.checkpoint.checkpoint(blk, x, use_reentrant=False).
+                           Fix: no checkpointing (twin trace: allocator_steady).
+  (timing only, no trace; the second recording command)
+  conv_timing              the conv pair again: 5 interleaved rounds of 40 steps, then 30
+                           steps of each with a sync around every step.
+  dynamic_lengths_timing   what a NEW sequence length costs where nothing recompiles: the
+                           dynamic=True model, the same GPT eager (default SDPA backend) and
+                           eager with SDPA forced to flash, each on 12 lengths of its own,
+                           each length visited twice (new, then seen).
+  slow_every_other_step    GPT training; every odd step (ProfilerStep#3, #5, #7) also runs an
+                           "eval/logging" block: a no_grad forward on a held-out batch, its loss
+                           and the training loss read by .item(), and time.sleep(0.015).
+                           Profiled active=6 (ProfilerStep#3..#8). Fix: no such block.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import gzip
+import json
+import os
+import re
+import statistics
+import sys
+import time
+
+import common as C
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+DRY = os.environ.get("PITFALLS_DRY") == "1"
+DEV = "cpu" if DRY else "cuda"
+
+if DRY:
+    GPT_CFG = dict(vocab=256, d=64, h=4, layers=2, max_seq=64)
+    BATCH, SEQ = 2, 32
+    RC_CFG = dict(vocab=256, d=64, h=4, layers=2, max_seq=64)
+    RC_BATCH, RC_SEQ, RC_STRIDE = 2, 64, 2
+    CONV_BATCH, CONV_HW, CONV_CLASSES = 2, 32, 10
+    N_STEPS, N_ROUNDS = 3, 2
+else:
+    GPT_CFG = dict(vocab=8192, d=1024, h=16, layers=4, max_seq=512)
+    BATCH, SEQ = 16, 512
+    RC_CFG = dict(vocab=8192, d=512, h=8, layers=2, max_seq=512)
+    RC_BATCH, RC_SEQ, RC_STRIDE = 8, 512, 8
+    CONV_BATCH, CONV_HW, CONV_CLASSES = 64, 224, 1000
+    N_STEPS, N_ROUNDS = 20, 3
+WARM = 3  # warm-up steps per timing round
+SLEEP_S = 0.015  # the slow logger of slow_every_other_step
+RECOMPILE_LIMIT = 64
+# PITFALLS_BACKEND=aot_eager makes a dry run's compiles quick (default: inductor)
+_BACKEND = os.environ.get("PITFALLS_BACKEND")
+COMPILE_KW = {"backend": _BACKEND} if _BACKEND else {}
+
+fact = C.fact
+
+
+def sync() -> None:
+    if DEV == "cuda":
+        torch.cuda.synchronize()
+
+
+def env_facts(scenario: str) -> None:
+    d = dict(scenario=scenario, torch=torch.__version__, cuda=torch.version.cuda, dry=DRY)
+    with contextlib.suppress(Exception):
+        d["cudnn"] = torch.backends.cudnn.version()
+    if DEV == "cuda":
+        p = torch.cuda.get_device_properties(0)
+        d.update(gpu=p.name, sms=p.multi_processor_count)
+    try:
+        import triton
+
+        d["triton"] = triton.__version__
+    except Exception:
+        pass
+    fact(**d)
+
+
+# ---------------------------------------------------------------- timing without the profiler
+
+
+def time_steps(step, n: int, warm: int, ctx=None) -> float:
+    """Mean ms per step of step(i) over n steps after warm steps (host clock between syncs);
+    ctx (a context-manager factory, or None) is entered around the whole round."""
+    with (ctx or contextlib.nullcontext)():
+        for i in range(warm):
+            step(i)
+        sync()
+        t0 = time.perf_counter()
+        for i in range(warm, warm + n):
+            step(i)
+        sync()
+        t1 = time.perf_counter()
+    return (t1 - t0) * 1e3 / n
+
+
+def timed_rounds(scenario: str, variants: dict, n: int = 0, warm: int = WARM, rounds: int = 0):
+    """variants: name -> (step, ctx). Rounds interleaved; returns name -> [ms per round]."""
+    n = n or N_STEPS
+    rounds = rounds or N_ROUNDS
+    res: dict[str, list[float]] = {k: [] for k in variants}
+    for _ in range(rounds):
+        for k, (step, ctx) in variants.items():
+            res[k].append(round(time_steps(step, n, warm, ctx), 3))
+    fact(scenario=scenario, timing_rounds_ms=res, timed_steps_per_round=n, warmup_per_round=warm)
+    return res
+
+
+def truth(scenario: str, res: dict, pitfall: str = "pitfall", fixed: str = "fixed", **kw) -> None:
+    p = statistics.mean(res[pitfall])
+    f = statistics.mean(res[fixed])
+    fact(
+        scenario=scenario,
+        truth=True,
+        pitfall=pitfall,
+        fixed=fixed,
+        pitfall_step_ms=round(p, 3),
+        fixed_step_ms=round(f, 3),
+        saving_ms=round(p - f, 3),
+        saving_share_of_pitfall=round((p - f) / p, 4) if p else None,
+        pitfall_rounds_ms=res[pitfall],
+        fixed_rounds_ms=res[fixed],
+        **kw,
+    )
+
+
+# ---------------------------------------------------------------- profiling
+
+
+def profile_run(scenario, out_dir, step, unprofiled=2, wait=1, warmup=2, active=4, ctx=None):
+    """Un-profiled warm-up steps, then the profiled schedule; step(i) gets the profiler step
+    index i (ProfilerStep#i). Prints the profiled step times and trace facts."""
+    path = os.path.join(out_dir, scenario + ".json.gz")
+    ctx = ctx or contextlib.nullcontext
+    n = wait + warmup + active
+    host: list[float] = []
+    ev: list = []
+    with ctx():
+        for i in range(unprofiled):
+            step(-unprofiled + i)
+        sync()
+        with C.make_profiler(path, wait, warmup, active) as prof:
+            for i in range(n):
+                if DEV == "cuda":
+                    e = torch.cuda.Event(enable_timing=True)
+                    e.record()
+                    ev.append(e)
+                host.append(time.perf_counter())
+                step(i)
+                prof.step()
+            if DEV == "cuda":
+                e = torch.cuda.Event(enable_timing=True)
+                e.record()
+                ev.append(e)
+            host.append(time.perf_counter())
+    sync()
+    d = dict(
+        scenario=scenario,
+        profiled=True,
+        schedule=dict(wait=wait, warmup=warmup, active=active, unprofiled_warmup=unprofiled),
+        profiled_step_labels=[C.label(i, wait, warmup, active) for i in range(n)],
+        profiled_step_ms_host_wall=[round((host[i + 1] - host[i]) * 1e3, 3) for i in range(n)],
+    )
+    if ev:
+        d["profiled_step_ms_cuda_events"] = [
+            round(ev[i].elapsed_time(ev[i + 1]), 3) for i in range(n)
+        ]
+        d["max_mem_allocated_mib"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
+    fact(**d)
+    try:
+        import tracefacts
+
+        fact(scenario=scenario, trace_facts=tracefacts.trace_facts(path))
+    except Exception as e:
+        fact(scenario=scenario, trace_facts_error=repr(e))
+    return path
+
+
+def kernel_matches(path: str, pattern: str) -> dict:
+    """Kernels in the trace whose name matches pattern: count and time vs all kernel time."""
+    with gzip.open(path, "rt") as f:
+        evs = json.load(f)["traceEvents"]
+    pat = re.compile(pattern, re.I)
+    total = 0.0
+    hit: dict[str, list[float]] = {}
+    for e in evs:
+        if e.get("ph") == "X" and e.get("cat") == "kernel":
+            total += e["dur"]
+            if pat.search(e["name"]):
+                h = hit.setdefault(e["name"][:160], [0, 0.0])
+                h[0] += 1
+                h[1] += e["dur"]
+    ms = sum(v[1] for v in hit.values()) / 1e3
+    return dict(
+        pattern=pattern,
+        kernels_matched=sum(v[0] for v in hit.values()),
+        matched_kernel_ms=round(ms, 3),
+        all_kernel_ms=round(total / 1e3, 3),
+        matched_share=round(ms * 1e3 / total, 4) if total else None,
+        by_name={k: dict(count=v[0], ms=round(v[1] / 1e3, 3)) for k, v in
+                 sorted(hit.items(), key=lambda kv: -kv[1][1])[:8]},
+    )
+
+
+# ---------------------------------------------------------------- models and steps
+
+
+class CkptGPT(C.GPT):
+    """common.GPT whose blocks run under torch.utils.checkpoint while use_ckpt is set."""
+
+    use_ckpt = False
+
+    def trunk(self, x: torch.Tensor) -> torch.Tensor:
+        for blk in self.blocks:
+            x = checkpoint(blk, x, use_reentrant=False) if self.use_ckpt else blk(x)
+        return self.head(self.ln_f(x))
+
+
+class GPTStatic(C.GPT):
+    """A class (and forward code object) of its own, so that its compiled entries never share
+    guards with GPTDynamic's."""
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.trunk(self.embed(idx))
+
+
+class GPTDynamic(C.GPT):
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.trunk(self.embed(idx))
+
+
+def gpt(cls=C.GPT, cfg=None):
+    C.seed_all(0)
+    model = cls(**(cfg or GPT_CFG)).to(DEV)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)
+    return model, opt
+
+
+def token_batches(n: int, batch: int, seq: int, vocab: int):
+    g = torch.Generator(device=DEV)
+    g.manual_seed(1234)
+    out = []
+    for _ in range(n):
+        d = torch.randint(0, vocab, (batch, seq + 1), device=DEV, generator=g)
+        out.append((d[:, :-1].contiguous(), d[:, 1:].contiguous()))
+    return out
+
+
+def gpt_step(model, opt, x, y) -> torch.Tensor:
+    with torch.autocast(DEV, dtype=torch.bfloat16):
+        logits = model(x)
+    loss = F.cross_entropy(logits.float().reshape(-1, model.vocab), y.reshape(-1))
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return loss
+
+
+def gpt_facts(scenario: str, model, batch: int, seq: int) -> dict:
+    """N = weights of the nn.Linear layers in the blocks + the head (the matmul weights)."""
+    cfg = dict(d=model.tok.embedding_dim, layers=len(model.blocks), vocab=model.vocab)
+    d, L = cfg["d"], cfg["layers"]
+    n_blocks = sum(m.weight.numel() for m in model.blocks.modules() if isinstance(m, nn.Linear))
+    n_head = model.head.weight.numel()
+    n = n_blocks + n_head
+    tokens = batch * seq
+    attn_causal = 6 * L * batch * seq * seq * d  # = 12*L*d*seq^2*batch / 2
+    f = dict(
+        scenario=scenario,
+        model="common.GPT",
+        **cfg,
+        heads=model.blocks[0].h,
+        batch=batch,
+        seq=seq,
+        tokens_per_step=tokens,
+        params_total=C.model_params(model),
+        matmul_weight_params_N=n,
+        matmul_weight_params_blocks=n_blocks,
+        matmul_weight_params_head=n_head,
+        flops_6N_tokens=6 * n * tokens,
+        flops_attention_causal=attn_causal,
+        flops_per_step_model=6 * n * tokens + attn_causal,
+        flops_formula="6*N*tokens + 6*L*batch*seq^2*d (causal attention: QK^T and AV, "
+        "2*2*batch*seq^2*d per layer forward, halved for the causal mask, x3 for fwd+bwd)",
+        # what the GPU runs when every block's forward is recomputed in the backward
+        flops_per_step_with_block_recompute=6 * n * tokens + attn_causal
+        + 2 * n_blocks * tokens + 2 * L * batch * seq * seq * d,
+    )
+    fact(**f)
+    return f
+
+
+# ---------------------------------------------------------------- scenarios
+
+
+def sc_allocator(scenario: str, out: str) -> None:
+    model, opt = gpt()
+    bs = token_batches(4, BATCH, SEQ, model.vocab)
+    gpt_facts(scenario, model, BATCH, SEQ)
+
+    def plain(i):
+        x, y = bs[i % len(bs)]
+        gpt_step(model, opt, x, y)
+
+    def churn(i):
+        plain(i)
+        if DEV == "cuda":
+            torch.cuda.empty_cache()
+
+    res = timed_rounds(scenario, {"pitfall": (churn, None), "fixed": (plain, None)})
+    truth(scenario, res, what_pitfall="torch.cuda.empty_cache() after every step",
+          what_fixed="no empty_cache")
+    if DEV == "cuda":  # the allocator's own counts, profiler off, over 10 steps of each
+        for name, fn in (("pitfall", churn), ("fixed", plain)):
+            for i in range(3):
+                fn(i)
+            sync()
+            s0 = torch.cuda.memory_stats()
+            for i in range(10):
+                fn(i)
+            sync()
+            s1 = torch.cuda.memory_stats()
+            keys = ("segment.all.allocated", "segment.all.freed", "num_device_alloc",
+                    "num_device_free", "num_alloc_retries")
+            fact(scenario=scenario, variant=name, allocator_stats_per_step={
+                k: (s1.get(k, 0) - s0.get(k, 0)) / 10 for k in keys},
+                 reserved_mib_after=round(torch.cuda.memory_reserved() / 2**20, 1))
+    profile_run(scenario, out, churn if scenario == "empty_cache_every_step" else plain)
+
+
+def sc_anomaly(scenario: str, out: str) -> None:
+    model, opt = gpt()
+    bs = token_batches(4, BATCH, SEQ, model.vocab)
+    gpt_facts(scenario, model, BATCH, SEQ)
+    logged: list[float] = []
+    hook_on = [False]
+
+    def hook(mod, inp, outp):
+        if hook_on[0]:
+            logged.append(outp.float().mean().item())
+            if len(logged) > 1000:
+                del logged[:]
+
+    if scenario == "item_logging_per_layer":  # no hooks at all in the anomaly process
+        for blk in model.blocks:
+            blk.register_forward_hook(hook)
+
+    def plain(i):
+        hook_on[0] = False
+        x, y = bs[i % len(bs)]
+        gpt_step(model, opt, x, y)
+
+    def logging_(i):
+        hook_on[0] = True
+        x, y = bs[i % len(bs)]
+        gpt_step(model, opt, x, y)
+        hook_on[0] = False
+
+    def anomaly():
+        return torch.autograd.set_detect_anomaly(True)
+
+    if scenario == "anomaly_detection_on":
+        variants = {"pitfall": (plain, anomaly), "fixed": (plain, None)}
+        res = timed_rounds(scenario, variants, n=max(3, N_STEPS // 2))
+        truth(scenario, res, what_pitfall="torch.autograd.set_detect_anomaly(True) around the loop",
+              what_fixed="anomaly detection off")
+        profile_run(scenario, out, plain, ctx=anomaly)
+    else:
+        variants = {"pitfall": (logging_, None), "fixed": (plain, None)}
+        res = timed_rounds(scenario, variants)
+        truth(scenario, res, what_pitfall="per-block forward hook: out.float().mean().item()",
+              what_fixed="no hook (no per-layer .item())", syncs_per_step=len(model.blocks))
+        profile_run(scenario, out, logging_)
+
+
+def sc_checkpoint(scenario: str, out: str) -> None:
+    model, opt = gpt(CkptGPT)
+    bs = token_batches(4, BATCH, SEQ, model.vocab)
+    gpt_facts(scenario, model, BATCH, SEQ)
+
+    def ck(i):
+        model.use_ckpt = True
+        x, y = bs[i % len(bs)]
+        gpt_step(model, opt, x, y)
+
+    def plain(i):
+        model.use_ckpt = False
+        x, y = bs[i % len(bs)]
+        gpt_step(model, opt, x, y)
+
+    res = timed_rounds(scenario, {"pitfall": (ck, None), "fixed": (plain, None)})
+    peaks = {}
+    if DEV == "cuda":
+        for name, fn in (("pitfall", ck), ("fixed", plain)):
+            fn(0)
+            sync()
+            torch.cuda.reset_peak_memory_stats()
+            fn(1)
+            sync()
+            peaks[name] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
+    truth(scenario, res, what_pitfall="every block under checkpoint(blk, x, use_reentrant=False)",
+          what_fixed="no checkpointing", peak_mem_mib=peaks)
+    if DEV == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    profile_run(scenario, out, ck)
+
+
+def sc_slow_every_other(scenario: str, out: str) -> None:
+    model, opt = gpt()
+    bs = token_batches(4, BATCH, SEQ, model.vocab)
+    (xe, ye), = token_batches(1, BATCH, SEQ, model.vocab)  # held-out batch
+    gpt_facts(scenario, model, BATCH, SEQ)
+    vals: list[float] = []
+
+    def fast(i):
+        x, y = bs[i % len(bs)]
+        return gpt_step(model, opt, x, y)
+
+    def evaluate_and_log(loss):
+        with torch.no_grad(), torch.autocast(DEV, dtype=torch.bfloat16):
+            le = F.cross_entropy(model(xe).float().reshape(-1, model.vocab), ye.reshape(-1))
+        vals.append(loss.item())
+        vals.append(le.item())
+        time.sleep(SLEEP_S)
+        if len(vals) > 1000:
+            del vals[:]
+
+    def alternating(i):
+        loss = fast(i)
+        if i % 2 == 1:
+            evaluate_and_log(loss)
+
+    res = timed_rounds(scenario, {"pitfall": (alternating, None), "fixed": (fast, None)})
+    # per-step times, a sync after each step: fast (even) and slow (odd) steps of the pattern
+    per = {"fast_even": [], "slow_odd": []}
+    for _ in range(2):
+        for i in range(WARM + 1):
+            alternating(i)
+        sync()
+        for i in range(2 * max(5, N_STEPS // 2)):
+            t0 = time.perf_counter()
+            alternating(i)
+            sync()
+            per["slow_odd" if i % 2 == 1 else "fast_even"].append((time.perf_counter() - t0) * 1e3)
+    fast_ms = statistics.mean(per["fast_even"])
+    slow_ms = statistics.mean(per["slow_odd"])
+    truth(scenario, res, what_pitfall="every odd step: no_grad eval forward on a held-out batch, "
+          "loss.item() and eval_loss.item(), time.sleep(0.015)",
+          what_fixed="no eval/logging block (every step fast)",
+          fast_step_ms_synced=round(fast_ms, 3), slow_step_ms_synced=round(slow_ms, 3),
+          mean_step_ms_synced=round((fast_ms + slow_ms) / 2, 3),
+          slow_minus_fast_ms=round(slow_ms - fast_ms, 3),
+          fast_step_ms_synced_each=[round(v, 3) for v in per["fast_even"]],
+          slow_step_ms_synced_each=[round(v, 3) for v in per["slow_odd"]],
+          sleep_ms=SLEEP_S * 1e3, slow_steps="odd ProfilerStep numbers (#3, #5, #7)")
+    profile_run(scenario, out, alternating, active=6)
+
+
+# --- torch.compile
+
+
+def dynamo_counts() -> dict:
+    try:
+        from torch._dynamo.utils import counters
+
+        return {k: dict(counters[k]) for k in ("stats", "frames") if k in counters}
+    except Exception as e:
+        return {"error": repr(e)}
+
+
+def set_recompile_limit(scenario: str) -> None:
+    import torch._dynamo as dynamo
+
+    set_ = {}
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(dynamo.config, name):
+            setattr(dynamo.config, name, RECOMPILE_LIMIT)
+            set_[name] = getattr(dynamo.config, name)
+    if hasattr(dynamo.config, "accumulated_recompile_limit"):
+        dynamo.config.accumulated_recompile_limit = max(
+            dynamo.config.accumulated_recompile_limit, 4 * RECOMPILE_LIMIT)
+        set_["accumulated_recompile_limit"] = dynamo.config.accumulated_recompile_limit
+    fact(scenario=scenario, dynamo_config_set=set_,
+         note="recompile_limit raised from its default (8) so that every profiled step still "
+         "recompiles instead of falling back to eager")
+
+
+class Lengths:
+    """Sequence lengths RC_SEQ, RC_SEQ - stride, ...: each next() is a length not used before
+    (wrapping only after the whole range)."""
+
+    def __init__(self, start: int = 0) -> None:
+        self.k = start
+        self.n = (RC_SEQ - 2 * RC_STRIDE) // RC_STRIDE  # keep lengths >= 2 * stride
+
+    def __call__(self) -> int:
+        t = RC_SEQ - RC_STRIDE * (self.k % self.n)
+        self.k += 1
+        return t
+
+
+def sc_compile(scenario: str, out: str) -> None:
+    set_recompile_limit(scenario)
+    fact(scenario=scenario, compile_threads=os.environ.get("TORCHINDUCTOR_COMPILE_THREADS"),
+         rc_model=dict(RC_CFG, batch=RC_BATCH, max_len=RC_SEQ, len_stride=RC_STRIDE))
+    g = torch.Generator(device=DEV)
+    g.manual_seed(99)
+    V = RC_CFG["vocab"]
+
+    def batch_of(t):
+        d = torch.randint(0, V, (RC_BATCH, t + 1), device=DEV, generator=g)
+        return d[:, :-1].contiguous(), d[:, 1:].contiguous()
+
+    # dynamic model: lengths cycle over the same range; static model: never a length twice
+    dyn_len = Lengths(start=0)
+    st_len = Lengths(start=0)
+    used: dict[str, list[int]] = {"static": [], "dynamic": []}
+    t_proc = time.perf_counter()
+    if scenario == "recompile_every_step":
+        # the static model is compiled first (its frame is dynamo's frame 0) and PROFILED
+        # FIRST: the trace is what this process is for; the dynamic model is built after it,
+        # so that none of its compilation is in the trace. Then both are timed.
+        st_model, st_opt = gpt(GPTStatic, RC_CFG)
+        st_c = torch.compile(st_model, dynamic=False, **COMPILE_KW)
+        gpt_facts(scenario, st_model, RC_BATCH, RC_SEQ)  # seq: the longest length; they vary
+
+        def st_step(i):
+            t = st_len()
+            used["static"].append(t)
+            x, y = batch_of(t)
+            gpt_step(st_c, st_opt, x, y)
+
+        t0 = time.perf_counter()
+        st_step(0)
+        sync()
+        fact(scenario=scenario, static_first_compile_and_step_s=round(time.perf_counter() - t0, 2))
+        k0 = len(used["static"])
+        profile_run(scenario, out, st_step, unprofiled=1, active=3)
+        fact(scenario=scenario, lengths_profiled_run=used["static"][k0:],
+             note_lengths="the first is the un-profiled warm-up step, then ProfilerStep#0..#5 "
+             "(#3..#5 recorded); every one a length not seen before",
+             dynamo_after_profile=dynamo_counts())
+
+    dyn_model, dyn_opt = gpt(GPTDynamic, RC_CFG)
+    dyn_c = torch.compile(dyn_model, dynamic=True, **COMPILE_KW)
+    if scenario != "recompile_every_step":
+        gpt_facts(scenario, dyn_model, RC_BATCH, RC_SEQ)  # seq: the longest length; they vary
+
+    def dyn_step(i):
+        t = dyn_len()
+        used["dynamic"].append(t)
+        x, y = batch_of(t)
+        gpt_step(dyn_c, dyn_opt, x, y)
+
+    t0 = time.perf_counter()
+    for i in range(3):
+        dyn_step(i)
+    sync()
+    fact(scenario=scenario, dynamic_compile_and_3_steps_s=round(time.perf_counter() - t0, 2),
+         dynamo=dynamo_counts())
+
+    if scenario == "recompile_every_step":
+        c0 = dynamo_counts()
+        n_used0 = {k: len(v) for k, v in used.items()}
+        # 2 interleaved rounds of 4 new lengths each for the static model (1 and 3 when the
+        # compiles so far were slow, so that the process ends inside its timeout)
+        slow = time.perf_counter() - t_proc > 110
+        rounds, n_pit = (1, 3) if slow else (2, 4)
+        n_fix = max(3, N_STEPS // 2)
+        res = {"pitfall": [], "fixed": []}
+        for _ in range(rounds):
+            res["pitfall"].append(round(time_steps(st_step, n_pit, 1), 3))
+            res["fixed"].append(round(time_steps(dyn_step, n_fix, 2), 3))
+        c1 = dynamo_counts()
+        fact(scenario=scenario, timing_rounds_ms=res, pitfall_steps_per_round=n_pit,
+             pitfall_warmup_per_round=1, fixed_steps_per_round=n_fix,
+             fixed_warmup_per_round=2, dynamo_before_timing=c0, dynamo_after_timing=c1,
+             lengths_static_timing=used["static"][n_used0["static"]:],
+             lengths_dynamic_timing=used["dynamic"][n_used0["dynamic"]:])
+        truth(scenario, res, what_pitfall="torch.compile(dynamic=False), a new sequence length "
+              "every step (each step recompiles)",
+              what_fixed="torch.compile(dynamic=True), the same kind of varying lengths",
+              batch=RC_BATCH, mean_len_static_timed=statistics.mean(
+                  used["static"][n_used0["static"]:]),
+              mean_len_dynamic_timed=statistics.mean(used["dynamic"][n_used0["dynamic"]:]))
+    else:
+        res = {"fixed": []}
+        for _ in range(N_ROUNDS):
+            res["fixed"].append(round(time_steps(dyn_step, N_STEPS, WARM), 3))
+        fact(scenario=scenario, timing_rounds_ms=res, truth=True,
+             fixed_step_ms=round(statistics.mean(res["fixed"]), 3),
+             what="torch.compile(dynamic=True), varying lengths (no recompiles)",
+             dynamo_after_timing=dynamo_counts())
+        c0 = dynamo_counts()
+        k0 = len(used["dynamic"])
+        profile_run(scenario, out, dyn_step, unprofiled=2, active=4)
+        fact(scenario=scenario, lengths_profiled_run=used["dynamic"][k0:],
+             dynamo_before_profile=c0, dynamo_after_profile=dynamo_counts())
+
+
+# --- convolutions
+
+
+def _own_resnet50(num_classes: int, width: int = 64, layers=(3, 4, 6, 3)) -> nn.Module:
+    class Bottleneck(nn.Module):
+        def __init__(self, cin, mid, stride):
+            super().__init__()
+            cout = mid * 4
+            self.conv1 = nn.Conv2d(cin, mid, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(mid)
+            self.conv2 = nn.Conv2d(mid, mid, 3, stride, 1, bias=False)
+            self.bn2 = nn.BatchNorm2d(mid)
+            self.conv3 = nn.Conv2d(mid, cout, 1, bias=False)
+            self.bn3 = nn.BatchNorm2d(cout)
+            self.down = None
+            if stride != 1 or cin != cout:
+                self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                          nn.BatchNorm2d(cout))
+
+        def forward(self, x):
+            idt = x if self.down is None else self.down(x)
+            out = F.relu(self.bn1(self.conv1(x)))
+            out = F.relu(self.bn2(self.conv2(out)))
+            out = self.bn3(self.conv3(out))
+            return F.relu(out + idt)
+
+    mods = [nn.Conv2d(3, width, 7, 2, 3, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
+            nn.MaxPool2d(3, 2, 1)]
+    cin = width
+    for i, n in enumerate(layers):
+        mid = width * 2**i
+        for j in range(n):
+            mods.append(Bottleneck(cin, mid, 2 if (j == 0 and i > 0) else 1))
+            cin = mid * 4
+    mods += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, num_classes)]
+    return nn.Sequential(*mods)
+
+
+def resnet50(scenario: str) -> nn.Module:
+    C.seed_all(0)
+    try:
+        if DRY:
+            raise ImportError("dry run: small net")
+        import torchvision
+
+        m = torchvision.models.resnet50(num_classes=CONV_CLASSES)
+        src = f"torchvision {torchvision.__version__} models.resnet50"
+    except Exception as e:
+        m = _own_resnet50(CONV_CLASSES, width=8 if DRY else 64,
+                          layers=(1, 1, 1, 1) if DRY else (3, 4, 6, 3))
+        src = f"pitfalls._own_resnet50 ({e!r})"
+    fact(scenario=scenario, conv_model=src, params=C.model_params(m), batch=CONV_BATCH,
+         image=[3, CONV_HW, CONV_HW], classes=CONV_CLASSES,
+         cudnn_benchmark=bool(torch.backends.cudnn.benchmark),
+         optimizer="SGD(lr=0.1, momentum=0.9), foreach default")
+    return m.to(DEV)
+
+
+def _conv_setup(scenario: str):
+    """The NCHW and the channels_last ResNet-50 (same initial weights) and their steps."""
+    base = resnet50(scenario)
+    nchw = base
+    cl = copy.deepcopy(base).to(memory_format=torch.channels_last)
+    opts = {id(m): torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (nchw, cl)}
+    g = torch.Generator(device=DEV)
+    g.manual_seed(7)
+    x = torch.randn(CONV_BATCH, 3, CONV_HW, CONV_HW, device=DEV, generator=g)
+    y = torch.randint(0, CONV_CLASSES, (CONV_BATCH,), device=DEV, generator=g)
+    x_cl = x.contiguous(memory_format=torch.channels_last)
+
+    def step(model, inp):
+        with torch.autocast(DEV, dtype=torch.bfloat16):
+            loss = F.cross_entropy(model(inp).float(), y)
+        loss.backward()
+        opt = opts[id(model)]
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    def s_nchw(i):
+        step(nchw, x)
+
+    def s_cl(i):
+        step(cl, x_cl)
+
+    return s_nchw, s_cl
+
+
+def sc_conv(scenario: str, out: str) -> None:
+    s_nchw, s_cl = _conv_setup(scenario)
+    res = timed_rounds(scenario, {"pitfall": (s_nchw, None), "fixed": (s_cl, None)})
+    truth(scenario, res, what_pitfall="ResNet-50 bf16 autocast, NCHW (default memory format)",
+          what_fixed="model.to(memory_format=torch.channels_last), input channels_last")
+    own = s_nchw if scenario == "conv_nchw_bf16" else s_cl
+    path = profile_run(scenario, out, own)
+    try:
+        fact(scenario=scenario, layout_kernels=kernel_matches(
+            path, r"nchwToNhwc|nhwcToNchw|convertTensor|transpose"))
+    except Exception as e:
+        fact(scenario=scenario, layout_kernels_error=repr(e))
+
+
+def _synced_steps(step, n: int) -> list[float]:
+    """ms of each of n steps, a sync before and after each (host clock)."""
+    out = []
+    for i in range(n):
+        sync()
+        t0 = time.perf_counter()
+        step(i)
+        sync()
+        out.append(round((time.perf_counter() - t0) * 1e3, 3))
+    return out
+
+
+def _stats(v: list[float]) -> dict:
+    return dict(mean=round(statistics.mean(v), 3), median=round(statistics.median(v), 3),
+                min=round(min(v), 3), max=round(max(v), 3), n=len(v))
+
+
+def sc_conv_timing(scenario: str, out: str) -> None:
+    """Timing only (no trace): the conv pair again, 5 interleaved rounds of 40 steps, then 30
+    steps of each with a sync around every step (the channels_last step is host-bound and its
+    rounds varied by 30 % in the first recording)."""
+    s_nchw, s_cl = _conv_setup(scenario)
+    res = timed_rounds(scenario, {"pitfall": (s_nchw, None), "fixed": (s_cl, None)},
+                       n=2 * N_STEPS, rounds=5)
+    per = {"pitfall": _synced_steps(s_nchw, 30), "fixed": _synced_steps(s_cl, 30)}
+    truth(scenario, res, what_pitfall="ResNet-50 bf16 autocast, NCHW (default memory format)",
+          what_fixed="model.to(memory_format=torch.channels_last), input channels_last",
+          synced_step_ms={k: _stats(v) for k, v in per.items()},
+          synced_step_ms_each=per)
+
+
+def sc_dynamic_lengths(scenario: str, out: str) -> None:
+    """Timing only (no trace): what a NEW sequence length costs where nothing recompiles.
+    The dynamic=True model of compile_dynamic_shapes and the same GPT eager (default SDPA
+    backend, and with SDPA forced to the flash backend), each on a pool of 12 lengths of its
+    own, each length visited twice (first: new to the process; second: seen), one step per
+    visit with a sync around it; then 10 steps at the warm-up length 512 (seen)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    set_recompile_limit(scenario)
+    g = torch.Generator(device=DEV)
+    g.manual_seed(99)
+    V = RC_CFG["vocab"]
+    s = RC_STRIDE
+
+    def batch_of(t):
+        d = torch.randint(0, V, (RC_BATCH, t + 1), device=DEV, generator=g)
+        return d[:, :-1].contiguous(), d[:, 1:].contiguous()
+
+    npool = 4 if DRY else 12
+    # disjoint pools (every length a multiple of the stride; the warm-up length RC_SEQ in none)
+    pools = {
+        "dynamic_compiled": [RC_SEQ - s - 3 * s * k for k in range(npool)],
+        "eager_default_sdpa": [RC_SEQ - 2 * s - 3 * s * k for k in range(npool)],
+        "eager_flash_sdpa": [RC_SEQ - 3 * s - 3 * s * k for k in range(npool)],
+    }
+    dyn_model, dyn_opt = gpt(GPTDynamic, RC_CFG)
+    dyn_c = torch.compile(dyn_model, dynamic=True, **COMPILE_KW)
+    eager, eager_opt = gpt(C.GPT, RC_CFG)
+    runners = {
+        "dynamic_compiled": (dyn_c, dyn_opt, contextlib.nullcontext),
+        "eager_default_sdpa": (eager, eager_opt, contextlib.nullcontext),
+        "eager_flash_sdpa": (eager, eager_opt, lambda: sdpa_kernel(SDPBackend.FLASH_ATTENTION)),
+    }
+    t0 = time.perf_counter()
+    for m, o, ctx in runners.values():
+        with ctx():
+            for _ in range(3):
+                x, y = batch_of(RC_SEQ)
+                gpt_step(m, o, x, y)
+    sync()
+    fact(scenario=scenario, warmup_s=round(time.perf_counter() - t0, 2), dynamo=dynamo_counts(),
+         pools=pools, rc_model=dict(RC_CFG, batch=RC_BATCH))
+    res: dict[str, dict] = {}
+    for visit in ("new", "seen"):
+        for name, (m, o, ctx) in runners.items():
+            ms = []
+            with ctx():
+                for t in pools[name]:
+                    x, y = batch_of(t)
+                    sync()
+                    t1 = time.perf_counter()
+                    gpt_step(m, o, x, y)
+                    sync()
+                    ms.append(round((time.perf_counter() - t1) * 1e3, 3))
+            res.setdefault(name, {})[visit] = ms
+    for name, (m, o, ctx) in runners.items():
+        with ctx():
+            x, y = batch_of(RC_SEQ)
+            res[name]["same_len_512_mean"] = round(time_steps(
+                lambda i, m=m, o=o, x=x, y=y: gpt_step(m, o, x, y), N_STEPS // 2, 2), 3)
+    summary = {name: dict(new=_stats(v["new"]), seen=_stats(v["seen"]),
+                          new_minus_seen_mean_ms=round(statistics.mean(v["new"])
+                                                       - statistics.mean(v["seen"]), 3),
+                          same_len_512_mean=v["same_len_512_mean"])
+               for name, v in res.items()}
+    fact(scenario=scenario, truth=True, per_visit_ms=res, summary=summary,
+         dynamo_after=dynamo_counts())
+
+
+SCENARIOS = {
+    "empty_cache_every_step": sc_allocator,
+    "allocator_steady": sc_allocator,
+    "recompile_every_step": sc_compile,
+    "compile_dynamic_shapes": sc_compile,
+    "anomaly_detection_on": sc_anomaly,
+    "item_logging_per_layer": sc_anomaly,
+    "conv_nchw_bf16": sc_conv,
+    "conv_channels_last_bf16": sc_conv,
+    "checkpoint_every_block": sc_checkpoint,
+    "slow_every_other_step": sc_slow_every_other,
+    # timing only, no trace (the second recording command)
+    "conv_timing": sc_conv_timing,
+    "dynamic_lengths_timing": sc_dynamic_lengths,
+}
+
+
+def main() -> None:
+    if len(sys.argv) != 3 or sys.argv[1] not in SCENARIOS:
+        sys.exit("usage: pitfalls.py SCENARIO OUTDIR; SCENARIO one of " + " ".join(SCENARIOS))
+    scenario, out = sys.argv[1], sys.argv[2]
+    os.makedirs(out, exist_ok=True)
+    env_facts(scenario)
+    t0 = time.perf_counter()
+    SCENARIOS[scenario](scenario, out)
+    fact(scenario=scenario, process_scenario_s=round(time.perf_counter() - t0, 1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Record the pitfall scenarios of pitfalls.py, one python process each (see its docstring).
+# usage: sample_traces/make/run_pitfalls.sh OUTDIR
+#   writes OUTDIR/<scenario>.json.gz, OUTDIR/facts.d/<scenario>.log (everything it printed)
+#   and $FACTS_OUT (default OUTDIR/facts_pitfalls.json): the FACT lines of every scenario run,
+#   merged (re-written after each scenario, so a run cut short keeps what it made).
+#   TARPREFIX=P appends each trace, as soon as it is made, to P1.tar (the allocator pair and
+#   compile_dynamic_shapes), P2.tar (recompile_every_step alone: its size is the least known),
+#   P3.tar (anomaly, item logging, checkpoint, slow steps) or P4.tar (the convs).
+#   SCENARIOS="..." picks a subset (default: all those that write a trace, in this order;
+#   conv_timing and dynamic_lengths_timing only time, and run when named). DEADLINE_S (default 540):
+#   each scenario's timeout is cut so that the whole run ends by then; a scenario that would
+#   get under 20 s is skipped. A failed scenario is reported and the run goes on.
+#   PITFALLS_DRY=1 runs tiny sizes on the CPU (checks the scripts; no GPU).
+# The recording (device tool, one H200, 2026-12-01; tests/data/gpu/README.md) took two commands:
+#   FACTS_OUT=$OUT/facts_pitfalls.json TARPREFIX=$OUT/traces DEADLINE_S=535 \
+#     bash sample_traces/make/run_pitfalls.sh /tmp/o 2>&1 | tee $OUT/log.txt        # 365 s
+#   SCENARIOS="conv_timing dynamic_lengths_timing" FACTS_OUT=$OUT/facts_pitfalls_timing.json \
+#     bash sample_traces/make/run_pitfalls.sh /tmp/o 2>&1 | tee $OUT/log_timing.txt  # 84 s
+# and the two facts files were merged into tests/data/gpu/facts_pitfalls.json.
+set -u
+HERE=$(cd "$(dirname "$0")" && pwd)
+OUTDIR=${1:?usage: run_pitfalls.sh OUTDIR}
+FACTS_OUT=${FACTS_OUT:-$OUTDIR/facts_pitfalls.json}
+TARPREFIX=${TARPREFIX:-}
+DEADLINE_S=${DEADLINE_S:-540}
+PY=${PY:-python3}
+mkdir -p "$OUTDIR/facts.d"
+export PYTHONUNBUFFERED=1
+START=$(date +%s)
+SCENARIOS=${SCENARIOS:-"empty_cache_every_step allocator_steady recompile_every_step compile_dynamic_shapes anomaly_detection_on item_logging_per_layer conv_nchw_bf16 conv_channels_last_bf16 checkpoint_every_block slow_every_other_step"}
+if [ "${PITFALLS_DRY:-0}" != 1 ]; then
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader || true
+fi
+$PY -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())'
+$PY -c 'import triton; print("triton", triton.__version__)' 2>/dev/null || echo "triton: not importable"
+$PY -c 'import torchvision; print("torchvision", torchvision.__version__)' 2>/dev/null || echo "torchvision: not importable"
+
+limit_of() {
+  case "$1" in
+    recompile_every_step) echo 220 ;;
+    compile_dynamic_shapes) echo 130 ;;
+    anomaly_detection_on|conv_*|dynamic_lengths_timing) echo 110 ;;
+    *) echo 80 ;;
+  esac
+}
+tar_of() {
+  case "$1" in
+    empty_cache_every_step|allocator_steady|compile_dynamic_shapes) echo 1 ;;
+    recompile_every_step) echo 2 ;;
+    conv_*) echo 4 ;;
+    *) echo 3 ;;
+  esac
+}
+
+merge() {
+  $PY - "$OUTDIR/facts.d" "$FACTS_OUT" $SCENARIOS <<'EOF'
+import json, os, sys
+d, out, names = sys.argv[1], sys.argv[2], sys.argv[3:]
+res = {"env": None, "scenarios": {}}
+for s in names:
+    log = os.path.join(d, s + ".log")
+    if not os.path.exists(log):
+        continue
+    facts = []
+    with open(log, errors="replace") as f:
+        for line in f:
+            if line.startswith("FACT "):
+                try:
+                    facts.append(json.loads(line[5:]))
+                except ValueError:
+                    pass
+    st = {}
+    rcf = os.path.join(d, s + ".rc")
+    if os.path.exists(rcf):
+        rc, wall = open(rcf).read().split()
+        st = {"rc": int(rc), "process_wall_s": int(wall)}
+    truth = [f for f in facts if f.get("truth")]
+    if res["env"] is None and facts and "torch" in facts[0]:
+        res["env"] = {k: v for k, v in facts[0].items() if k != "scenario"}
+    res["scenarios"][s] = {**st, "truth": truth[-1] if truth else None, "facts": facts}
+with open(out, "w") as f:
+    json.dump(res, f, indent=1, sort_keys=True)
+EOF
+}
+
+failed=""
+for s in $SCENARIOS; do
+  left=$(( DEADLINE_S - ($(date +%s) - START) ))
+  lim=$(limit_of "$s")
+  (( lim > left - 5 )) && lim=$(( left - 5 ))
+  if (( lim < 20 )); then
+    echo "=== $s SKIPPED: only ${left} s left before the deadline"
+    failed="$failed $s(skipped)"
+    continue
+  fi
+  echo "=== $s start $(date +%T) (timeout ${lim} s)"
+  t0=$(date +%s)
+  set -o pipefail
+  timeout "$lim" $PY "$HERE/pitfalls.py" "$s" "$OUTDIR" 2>&1 | tee "$OUTDIR/facts.d/$s.log"
+  rc=$?
+  set +o pipefail
+  echo "$rc $(( $(date +%s) - t0 ))" > "$OUTDIR/facts.d/$s.rc"
+  if [ "$rc" != 0 ]; then
+    failed="$failed $s(rc=$rc)"
+    echo "=== $s FAILED rc=$rc"
+  fi
+  echo "=== $s took $(( $(date +%s) - t0 )) s"
+  if [ -n "$TARPREFIX" ] && [ -f "$OUTDIR/$s.json.gz" ]; then
+    tar rf "$TARPREFIX$(tar_of "$s").tar" -C "$OUTDIR" "$s.json.gz"
+  fi
+  merge || echo "=== merge failed"
+done
+ls -la "$OUTDIR"
+[ -n "$TARPREFIX" ] && ls -la "$TARPREFIX"*.tar 2>/dev/null
+echo "=== total $(( $(date +%s) - START )) s; failed:${failed:- none}"

@@ -168,6 +168,7 @@ ROOMS: dict[str, int] = {
     "timeline": 0,
     "gpu": 1,
     "host": 1,
+    "causes": 2,
     "critical_path": 2,
     "distributed": 3,
 }

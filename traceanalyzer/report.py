@@ -164,6 +164,7 @@ class RankDict(TypedDict, total=False):
 class VerdictDict(TypedDict):
     headline: str
     bound_by: str
+    cause: str | None
     step_ns: int | None
     busy_share: float | None
     top_saving_ns: int | None
@@ -350,7 +351,18 @@ BOUND_BY_CATEGORY: dict[str, str] = {
     "rank_imbalance": "mixed",
     # the score tensors go through memory once per kernel: attention bound by bandwidth
     "unfused_attention": "memory",
+    # causes: the wall they put the job against (each finding's `evidence.bound_by` says)
+    "recompilation": "host",
+    "allocator_churn": "host",
+    "anomaly_detection": "sync",
+    "layout_conversion": "gpu_compute",
+    "uneven_steps": "mixed",
 }
+#: The causes' categories: a cause's finding names the work behind the wall and its fix,
+#: and the verdict names it (`verdict.cause`).
+CAUSE_CATEGORIES = frozenset(
+    {"recompilation", "allocator_churn", "anomaly_detection", "layout_conversion", "uneven_steps"}
+)
 #: Findings that come first in the headline but say nothing of what bounds the job (a copy
 #: is neither host nor compute; cast kernels that take 10-20 % of a GPU-bound step do not
 #: make it memory-bound, TA004 says when it is): the bound then comes from the critical
@@ -449,7 +461,10 @@ def _step_words(paths: Sequence[Mapping[str, Any]], step: int) -> str:
 
 
 def verdict(
-    devices: list[DeviceDict], paths: list[dict[str, Any]], findings: list[Finding]
+    devices: list[DeviceDict],
+    paths: list[dict[str, Any]],
+    findings: list[Finding],
+    context: Mapping[str, Any] | None = None,
 ) -> VerdictDict:
     """One line on what bounds the job over the steady steps: the worst finding's category
     (the first at warning or above in the report's order) where it is critical or saves at
@@ -468,6 +483,7 @@ def verdict(
                 "events could not be read; no verdict on performance"
             ),
             "bound_by": "mixed",
+            "cause": None,
             "step_ns": step,
             "busy_share": busy,
             "top_saving_ns": None,
@@ -505,8 +521,18 @@ def verdict(
         if bound == "gpu_compute" and _memory_share(devices) >= MEMORY_BOUND_SHARE:
             bound = "memory"  # busy with kernels that wait for memory, not for the SMs
     facts = []
+    cause = next((f for f in serious if f.category in CAUSE_CATEGORIES), None)
+    if cause is not None and cause.evidence.get("cause_words"):
+        # the cause first: what put the job against its wall, and how much of a step it holds
+        # (named by its rule where another finding leads the report)
+        words = str(cause.evidence["cause_words"])
+        if cause.impact_ns and step:
+            of = f"{_duration(cause.impact_ns)} of {_duration(step)} per step"
+            words += f": {of}" if cause is top else f" ({cause.rule}: {of})"
+        facts.append(words)
     if step is not None:
-        facts.append(_step_words(paths, step))
+        kinds = "" if cause is not None and cause.rule == "TA018" else _kinds_words(findings)
+        facts.append(_step_words(paths, step) + kinds)
     if busy is not None:
         facts.append(f"GPU busy {busy:.0%}")
     saving = top.impact_ns if top is not None else None
@@ -524,6 +550,8 @@ def verdict(
         if f.severity.rank == 2 and f.category not in {*BOUND_BY_CATEGORY, *HEADLINE_ONLY}
     ]
     facts += [f"also {f.rule} ({f.title})" for f in risks[:1]]
+    if bound in HOST_BOUNDS and (note := _profiled_host_words(context or {})):
+        facts.append(note)
     mfu, achieved, peak, dtype = job_mfu(devices)
     how_far = ""
     if mfu is not None and achieved is not None and peak is not None:
@@ -536,6 +564,7 @@ def verdict(
         + f"{BOUND_WORDS[bound]}{how_far}: "
         + "; ".join(facts),
         "bound_by": bound,
+        "cause": cause.rule if cause is not None else None,
         "step_ns": step,
         "busy_share": busy,
         "top_saving_ns": saving,
@@ -599,6 +628,41 @@ def _startup_words(findings: list[Finding]) -> str:
     return ""
 
 
+def _kinds_words(findings: list[Finding]) -> str:
+    """The headline's note where the steady steps come in two kinds (TA018): each kind's
+    time, so that the mean step is not read as every step's."""
+    for f in findings:
+        e = f.evidence
+        if f.rule == "TA018" and e.get("pattern") in ("periodic", "outliers"):
+            slow, fast = _duration(e["slow_ns"]), _duration(e["fast_ns"])
+            if e.get("period"):
+                return f" of two kinds: {slow} every {e['period']} steps, {fast} the others"
+            return f" of two kinds: {len(e['slow_steps'])} steps of {slow}, the others {fast}"
+    return ""
+
+
+#: Walls whose prices are host time, which the profiler inflates.
+HOST_BOUNDS = frozenset({"host", "launch", "sync"})
+
+
+def _profiled_host_words(context: Mapping[str, Any]) -> str:
+    """The headline's warning where a host-bound verdict rests on a trace recorded with
+    Python stacks or memory: the profiler's own host time is in every host price."""
+    overhead = context.get("profiler_overhead") or {}
+    what = [w for k, w in (("stacks", "Python stacks"), ("memory", "memory")) if overhead.get(k)]
+    if not what:
+        return ""
+    return (
+        f"recorded with {' and '.join(what)}: the profiler slows the host, so host prices are "
+        "high; profile again without with_stack/profile_memory before trusting them"
+    )
+
+
+def _duration(ns: int) -> str:
+    """A time in the headline: ms below a second, s above."""
+    return f"{ns / 1e9:.1f} s" if ns >= 1_000_000_000 else f"{ns / 1e6:.1f} ms"
+
+
 def _share(x: float) -> str:
     """A share in the headline: whole percent, two significant digits below 10 %."""
     return f"{x:.0%}" if x >= 0.1 else f"{x * 100:.2g}%"
@@ -657,6 +721,37 @@ def _outside_notes(outside: list[dict[str, Any]], metrics: Metrics) -> list[str]
             f"{len(names)} warm-up/outlier step(s) left out of the window ({', '.join(names)}); "
             "--all-steps keeps them"
         )
+    return notes
+
+
+def _step_kind_notes(metrics: Metrics) -> list[str]:
+    """Notes where the steady steps trend (the host still warming up, or slowing down) or
+    vary at no pattern: the mean step describes neither kind (TA018 prices the periodic
+    kinds and the outliers)."""
+    notes = []
+    for r in metrics.causes.step_kinds.iter_rows(named=True):
+        slow, fast = _duration(r["slow_ns"]), _duration(r["fast_ns"])
+        n, k = r["steps"], len(r["slow_steps"])
+        if r["pattern"] == "trend: warm-up":
+            extra = metrics.causes.slow_work_of(r["rank"])
+            what = (
+                f"they also run {extra[0]['name']}" if extra else "the same calls, each step faster"
+            )
+            notes.append(
+                f"rank {r['rank']}: the first {k} of {n} steady steps take {slow}, the rest "
+                f"{fast}: the host is still warming up ({what}); profile after a longer "
+                "warm-up for the loop's own step time"
+            )
+        elif r["pattern"] == "trend: slowing":
+            notes.append(
+                f"rank {r['rank']}: the last {k} of {n} steady steps take {slow}, the ones "
+                f"before {fast}: the loop slows down as it runs"
+            )
+        elif r["pattern"] == "irregular":
+            notes.append(
+                f"rank {r['rank']}: {k} of {n} steady steps take {slow}, the others {fast}, "
+                "at no period: the mean step describes neither"
+            )
     return notes
 
 
@@ -821,14 +916,21 @@ def build_report(
             "dropped_events": dict(sorted(q.dropped.items())),
             "dropped_gpu_events": q.dropped_gpu,
             "dropped_gpu_example": q.dropped_gpu_example,
-            "notes": [*q.notes, *_outside_notes(outside, metrics), *_flops_notes(metrics)],
+            "notes": [
+                *q.notes,
+                *_outside_notes(outside, metrics),
+                *_flops_notes(metrics),
+                *_step_kind_notes(metrics),
+            ],
             "outside_window": outside,
         },
         tool_version=tool_version,
         findings=tuple(findings or ()),
         critical_path=tuple(critical_path or ()),
         context=dict(context or {}),
-        verdict=verdict(devices, list(critical_path or ()), list(findings or ())),
+        verdict=verdict(
+            devices, list(critical_path or ()), list(findings or ()), dict(context or {})
+        ),
         timeline_bins=tuple(_rows(metrics.idle.timeline_bins)),
         memory_growth=tuple(_rows(metrics.memory.growth)),
         memory_steps=tuple(_rows(metrics.memory.peaks.sort("rank", "device", "step"))),

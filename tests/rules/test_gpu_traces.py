@@ -444,6 +444,56 @@ CASES: dict[str, Truth] = {
         never=("TA001", "TA003", "TA005", "TA006"),
         advice_never=("CUDA graphs", "torch.compile"),
     ),
+    # --- the pitfalls (2026-12-01, one H200: facts_pitfalls.json; the prices are checked
+    # against the measured savings in tests/rules/test_pitfall_traces.py)
+    # torch.cuda.empty_cache() after every step: 32 cudaMalloc and 32 cudaFree per step; the
+    # cause is named (and in the verdict) and TA001 keeps the host time the twin below has too
+    "empty_cache_every_step.json.gz": Truth(
+        top="TA001", must={"TA015": "warning"}, never=("TA014", "TA016", "TA017")
+    ),
+    # the same training without it: no allocator call in the steady steps
+    "allocator_steady.json.gz": Truth(
+        top="TA001", never=("TA014", "TA015", "TA016", "TA017", "TA018")
+    ),
+    # a new sequence length every step with dynamic=False: frame 0 recompiles every step
+    # (0/5, 0/6, 0/7); never CUDA-graph advice (graphs re-record for every new shape)
+    "recompile_every_step.json.gz": Truth(
+        top="TA014",
+        must={"TA014": "critical"},
+        never=("TA015", "TA016", "TA017"),
+        context={"torch_compile": True},
+        advice_never=('use mode="reduce-overhead"',),
+    ),
+    # the twin: dynamic=True over the same kind of lengths, one graph (0/0): no recompile
+    "compile_dynamic_shapes.json.gz": Truth(top="TA003", never=("TA014", "TA015", "TA016")),
+    # set_detect_anomaly(True): a NaN check and a sync after each of 230 backward functions,
+    # a traceback per autograd node in the forward
+    "anomaly_detection_on.json.gz": Truth(
+        top="TA016",
+        must={"TA016": "critical"},
+        never=("TA014", "TA015", "TA017"),
+        advice_never=("torch.compile", "CUDA graphs"),
+    ),
+    # the twin: 4 .item() per step in a forward hook, without anomaly mode
+    "item_logging_per_layer.json.gz": Truth(top="TA001", never=("TA014", "TA015", "TA016")),
+    # ResNet-50 in NCHW under bf16 autocast: cuDNN transposes around the convolutions and
+    # batch norm on its NCHW kernels; channels_last saves 5.4 ms of 28.9 without the profiler
+    "conv_nchw_bf16.json.gz": Truth(
+        top="TA001", must={"TA017": "warning"}, never=("TA014", "TA015", "TA016")
+    ),
+    # the twin in channels_last: no transposes
+    "conv_channels_last_bf16.json.gz": Truth(
+        top="TA001", never=("TA014", "TA015", "TA016", "TA017")
+    ),
+    # every block under checkpoint(use_reentrant=False): the forward recomputed in the backward
+    "checkpoint_every_block.json.gz": Truth(
+        top="TA001", never=("TA014", "TA015", "TA016", "TA017")
+    ),
+    # every 2nd step also evaluates, logs two .item() and sleeps 15 ms: steps of two kinds, the
+    # slow ones naming their extra forward; TA001 keeps the host time the twin has too
+    "slow_every_other_step.json.gz": Truth(
+        top="TA001", must={"TA018": "warning"}, never=("TA014", "TA015", "TA016", "TA017")
+    ),
 }
 
 #: Nsight reports kept beside their SQLite export (same capture, exported by the same nsys):

@@ -41,12 +41,13 @@ SAMPLED_2RANK = Expected(
     never=("TA005", "TA009"),
 )
 NSYS_BF16 = Expected(
-    # slow input pipeline on odd steps; .item() every step (0.12 ms of a ~41 ms steady step:
-    # reported at info, as every-step syncs are); a pageable batch copy every step (4 µs a
-    # step: under the 1 % floor, so quiet)
-    must={"TA001": "critical", "TA002": "info"},
+    # slow input pipeline on odd steps: steps of two kinds, every 2nd one waiting ~30 ms more
+    # for the host (TA018 names and prices that wait; TA001 keeps the host time that is left);
+    # .item() every step (0.12 ms of a ~41 ms steady step: reported at info, as every-step
+    # syncs are); a pageable batch copy every step (4 µs a step: under the 1 % floor, so quiet)
+    must={"TA018": "warning", "TA001": "warning", "TA002": "info"},
     never=("TA003", "TA005"),
-    critical_ok=("TA001",),
+    critical_ok=("TA001", "TA018"),
 )
 
 SAMPLE_CASES = {

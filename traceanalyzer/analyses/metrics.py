@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from traceanalyzer.analyses.causes import impact as causes_impact
 from traceanalyzer.analyses.critical_path import critical_path
 from traceanalyzer.analyses.distributed import overlap
 from traceanalyzer.analyses.gpu import (
@@ -27,6 +28,7 @@ from traceanalyzer.analyses.timeline import clock, startup, steady, windows
 from traceanalyzer.analyses.timeline.frames import SchemaDriftError, check_schema
 
 if TYPE_CHECKING:
+    from traceanalyzer.analyses.causes.impact import CauseImpact, Causes
     from traceanalyzer.analyses.critical_path.critical_path import CriticalPath
     from traceanalyzer.analyses.distributed.collectives import CollectiveSplit, OverlapImpact
     from traceanalyzer.analyses.distributed.imbalance import RankBalance
@@ -77,6 +79,7 @@ FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
     **{f"fusion.{k}": dict(v) for k, v in fusion.Fusion.SCHEMAS.items()},
     **{f"startup.{k}": dict(v) for k, v in startup.Startup.SCHEMAS.items()},
     **{f"periods.{k}": dict(v) for k, v in steady.Periods.SCHEMAS.items()},
+    **{f"causes.{k}": dict(v) for k, v in causes_impact.Causes.SCHEMAS.items()},
 }
 #: Columns a frame carries only where the trace has them (`<field>.<frame>` for a typed
 #: result's, from its `OPTIONAL`).
@@ -163,6 +166,11 @@ class Metrics:
       (host_bound.launch_impact).
     - `startup_model`: per device, its window, its one-time work, the GPU idle under it and
       the calls that name it (startup.per_device).
+    - `causes`: the pitfalls behind the walls, read off their signatures: the host-side
+      causes' work in the steady steps and the idle it explains, their calls by name, the
+      compiled graphs per step, the layout-transposing kernels (analyses/causes/:
+      impact.Causes); `cause_model`: per cause and device, what removing it saves
+      (impact.cause_impact).
     """
 
     basis: str
@@ -199,3 +207,5 @@ class Metrics:
     host_wait_model: tuple[HostWaitImpact, ...]
     launch_model: tuple[LaunchImpact, ...]
     startup_model: tuple[DeviceStartup, ...]
+    causes: Causes
+    cause_model: tuple[CauseImpact, ...]

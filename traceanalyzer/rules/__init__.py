@@ -17,6 +17,7 @@ from traceanalyzer.rules.base import (
     Rule,
     Severity,
 )
+from traceanalyzer.rules.causes import cause_first
 from traceanalyzer.rules.ta001_gpu_starvation import GpuStarvation
 from traceanalyzer.rules.ta002_host_sync import HostSync
 from traceanalyzer.rules.ta003_launch_overhead import LaunchOverhead
@@ -30,6 +31,11 @@ from traceanalyzer.rules.ta010_dtype_casts import DtypeCasts
 from traceanalyzer.rules.ta011_memory_growth import MemoryGrowth
 from traceanalyzer.rules.ta012_trace_quality import TraceQuality, damaged
 from traceanalyzer.rules.ta013_unfused_attention import UnfusedAttention
+from traceanalyzer.rules.ta014_recompilation import Recompilation
+from traceanalyzer.rules.ta015_allocator_churn import AllocatorChurn
+from traceanalyzer.rules.ta016_anomaly_detection import AnomalyDetection
+from traceanalyzer.rules.ta017_layout_conversion import LayoutConversion
+from traceanalyzer.rules.ta018_uneven_steps import UnevenSteps
 
 ALL_RULES: list[type[Rule]] = [
     GpuStarvation,
@@ -45,6 +51,11 @@ ALL_RULES: list[type[Rule]] = [
     MemoryGrowth,
     TraceQuality,
     UnfusedAttention,
+    Recompilation,
+    AllocatorChurn,
+    AnomalyDetection,
+    LayoutConversion,
+    UnevenSteps,
 ]
 
 
@@ -126,6 +137,8 @@ def run_rules(ctx: Context, settings: Settings) -> list[Finding]:
         if settings.enabled(rule.code):
             found = rule().check(ctx, thresholds_for(rule, settings))
             findings.extend(f for f in found if rule.below_floor or not _trivial(ctx, f, policy))
+    # a wall's time that a cause explains is the cause's: priced once, by the cause
+    findings = cause_first(ctx, findings)
     t012 = thresholds_for(TraceQuality, settings)
     if damaged(ctx.meta.quality, t012.max_dropped_gpu_share):
         # the trace lost GPU events it needs: a verdict only on what was read, so no

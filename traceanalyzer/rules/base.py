@@ -31,6 +31,11 @@ CATEGORIES = (
     "memory_growth",
     "trace_quality",
     "unfused_attention",
+    "recompilation",
+    "allocator_churn",
+    "anomaly_detection",
+    "layout_conversion",
+    "uneven_steps",
 )
 #: A fix that saves at least this share of step time is critical / a warning; less is info.
 CRITICAL_SHARE = 0.30

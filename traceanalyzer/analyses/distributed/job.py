@@ -15,6 +15,7 @@ from collections.abc import Callable
 import polars as pl
 
 from traceanalyzer.analyses import context
+from traceanalyzer.analyses.causes import impact as causes_impact
 from traceanalyzer.analyses.critical_path import critical_path
 from traceanalyzer.analyses.distributed import collectives, imbalance, overlap
 from traceanalyzer.analyses.distributed.rank import Flagged, Options, RankPart
@@ -175,6 +176,15 @@ def _merge(
     facts = context.RunFacts.merge([p.facts for p in parts])
     graphs = context.replays_graphs(facts)
     once_model = startup.per_device(dev, once, once_idle)
+    found = causes_impact.Causes(
+        host=_concat(parts, "host_causes"),
+        names=_concat(parts, "cause_names"),
+        anomaly=_concat(parts, "anomaly"),
+        regions=_concat(parts, "compiled_regions"),
+        layout=_concat(parts, "layout"),
+        step_kinds=_concat(parts, "step_kinds"),
+        slow_work=_concat(parts, "slow_work"),
+    )
     return Metrics(
         basis="steps" if by_steps else "trace",
         steps=windows.Steps(
@@ -259,6 +269,8 @@ def _merge(
         ),
         launch_model=host_bound.launch_impact(dev, phases.kernels, savings, counts, graphs),
         startup_model=once_model,
+        causes=found,
+        cause_model=causes_impact.cause_impact(found, dev, once_model, savings, counts),
     )
 
 

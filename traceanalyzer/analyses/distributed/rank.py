@@ -22,6 +22,7 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.analyses import context
+from traceanalyzer.analyses.causes import anomaly, compilation, host_work, layout, step_kinds
 from traceanalyzer.analyses.critical_path import critical_path
 from traceanalyzer.analyses.critical_path.critical_graph import GraphInputs
 from traceanalyzer.analyses.distributed import collectives, imbalance, overlap
@@ -396,6 +397,10 @@ def _reduce(
             "early_starts": lambda: clock.early_starts(timeline, work=w.linked),
             "step_like": lambda: _step_like(timeline, found == 0),
             "facts": lambda: context.facts(timeline),
+            "host_causes": lambda: _host_causes(timeline, w),
+            "compiled_regions": lambda: compilation.compiled_regions(timeline, w.markers),
+            "layout": lambda: layout.layout_kernels(in_windows),
+            "step_kinds": lambda: step_kinds.step_kinds(timeline, w.markers, step_rows),
         }
     )
     small_count, small_ns = done["small"]
@@ -438,6 +443,13 @@ def _reduce(
         "early_starts": done["early_starts"],
         "warmup_steps": w.state.warmup_rows,
         "step_like": done["step_like"],
+        "host_causes": done["host_causes"][0],
+        "cause_names": done["host_causes"][1],
+        "anomaly": done["host_causes"][2],
+        "compiled_regions": done["compiled_regions"],
+        "layout": done["layout"],
+        "step_kinds": done["step_kinds"][0],
+        "slow_work": done["step_kinds"][1],
     }
     ranks = timeline.events["rank"]
     return RankPart(
@@ -518,6 +530,16 @@ ANALYSIS_THREADS = 4
 #: 1043-1084 MB against 1052-1065 MB.
 HEAVY = ("phases", "casts", "memory_model", "fp32_traffic")
 HEAVY_AT_ONCE = 2
+
+
+def _host_causes(
+    timeline: Timeline, w: Windowed
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """The host-side causes per device, their calls by name, and anomaly mode's forward
+    cost on the ranks whose backward ran its checks."""
+    host, names = host_work.host_causes(timeline, w.markers, w.wins, w.gaps, w.launch_gap_max_ns)
+    checked = host.filter(pl.col("cause") == "anomaly_checks")["rank"].unique().to_list()
+    return host, names, anomaly.forward_capture(timeline, w.markers, checked)
 
 
 def _casts(timeline: Timeline, in_windows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:

@@ -41,6 +41,20 @@ from traceanalyzer.analyses.timeline.frames import Schemas, check_frames
 from traceanalyzer.analyses.timeline.intervals import in_ranges, union
 from traceanalyzer.model import Kind, Timeline
 
+#: Host ranges of torch.compile's compilation: Dynamo's tracing, AOTAutograd, Inductor's
+#: lowering and code generation, Triton's compile and autotuning. torch >= 2.4 names every
+#: timed phase `<phase> (dynamo_timed)` and records the bare phase beside it; older versions
+#: name the phases alone. Running a compiled graph (`Torch-Compiled Region: 0/1`, `## Call
+#: CompiledFxGraph`, `TorchDynamo Cache Lookup`, `CompiledFunction`) is not compilation.
+COMPILE_WORK = (
+    r"\(dynamo_timed\)$"
+    r"|^(?:dynamo$|entire_frame_compile|entire_backward_compile|_compile\.compile_inner"
+    r"|compile_attempt_\d+|backend_compile|inductor_compile|compile_fx(?:_inner)?\b"
+    r"|fx_codegen_and_compile|create_aot_dispatcher_function|aot_trace_joint_graph"
+    r"|aot_collect_metadata|bytecode_tracing|OutputGraph\.|GraphLowering\.|Scheduler\."
+    r"|async_compile\.|PyCodeCache\.|CachingAutotuner\.|code_gen$|TritonBundler\."
+    r"|compile_file|_recursive_(?:pre|post|joint)_grad_passes|min_cut_rematerialization)"
+)
 #: Host calls and ranges that happen once per process (or per new shape), not every step.
 ONE_TIME_WORK = (
     r"^(?:cuModuleLoad\w*|cuLibraryLoad\w*|cuModuleGetFunction|cuLibraryGetKernel"
@@ -50,7 +64,7 @@ ONE_TIME_WORK = (
     r"|cublas\w*Create\w*|cublasLt\w*Create\w*|cudnnCreate\w*|miopenCreate\w*"
     r"|nccl\w*CommInit\w*|ncclCommSplit|rccl\w*Init\w*"
     r"|_compile\.compile_inner|compile_fx\b.*|OutputGraph\.call_user_compiler|.*autotune.*"
-    r")(?:_v\d+)?$"
+    r")(?:_v\d+)?$|" + COMPILE_WORK
 )
 #: A leading step with one-time work is warm-up at this multiple of the median step.
 WARMUP_FACTOR = 1.5

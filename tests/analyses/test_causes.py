@@ -1,0 +1,231 @@
+"""The causes room: the signatures' spellings, the host work's GPU idle on a trace whose
+numbers are worked out by hand, and the real traces against plain loops over their events."""
+
+from __future__ import annotations
+
+import gzip
+import re
+from pathlib import Path
+
+import orjson
+import pytest
+
+from tests.builders import cpu_op, kernel, launch, step
+from tests.conftest import REPO
+from traceanalyzer import api
+from traceanalyzer.analyses.causes import signatures as sig
+from traceanalyzer.analyses.causes import step_kinds
+from traceanalyzer.rules.examples import write_example
+
+GPU = REPO / "tests" / "data" / "gpu"
+
+
+@pytest.mark.parametrize(
+    ("pattern", "name", "matches"),
+    [
+        (sig.COMPILE_WORK, "_compile.compile_inner (dynamo_timed)", True),
+        (sig.COMPILE_WORK, "inductor_compile", True),
+        (sig.COMPILE_WORK, "fx_codegen_and_compile", True),
+        (sig.COMPILE_WORK, "entire_frame_compile", True),
+        (sig.COMPILE_WORK, "async_compile.wait", True),
+        (sig.COMPILE_WORK, "bytecode_tracing", True),
+        (sig.COMPILE_WORK, "CachingAutotuner.benchmark_all_configs", True),
+        (sig.COMPILE_WORK, "Torch-Compiled Region: 0/7", False),
+        (sig.COMPILE_WORK, "TorchDynamo Cache Lookup", False),
+        (sig.COMPILE_WORK, "## Call CompiledFxGraph fxyz ##", False),
+        (sig.COMPILE_WORK, "CompiledFunction", False),
+        (sig.COMPILE_WORK, "aten::mm", False),
+        (sig.ALLOCATOR_CALLS, "cudaMalloc", True),
+        (sig.ALLOCATOR_CALLS, "cudaFree", True),
+        (sig.ALLOCATOR_CALLS, "cuMemAlloc_v2", True),
+        (sig.ALLOCATOR_CALLS, "hipFree", True),
+        (sig.ALLOCATOR_CALLS, "cuMemMap", True),
+        (sig.ALLOCATOR_CALLS, "cudaMallocHost", False),
+        (sig.ALLOCATOR_CALLS, "cudaFreeHost", False),
+        (sig.ALLOCATOR_CALLS, "cudaMallocAsync", False),
+        (sig.ALLOCATOR_SYNCS, "cudaFree", True),
+        (sig.ALLOCATOR_SYNCS, "cudaMalloc", False),
+        (sig.LAYOUT_KERNEL, "void cudnn::engines_precompiled::nchwToNhwcKernel<float>", True),
+        (sig.LAYOUT_KERNEL, "void cudnn::ops::nhwcToNchwKernel<__half, __half>", True),
+        (sig.LAYOUT_KERNEL, "void cudnn::cnn::convertTensor_kernel<float>", True),
+        (sig.LAYOUT_KERNEL, "batched_transpose_32x16_half", True),
+        (sig.LAYOUT_KERNEL, "sm90_xmma_fprop_implicit_gemm_bf16bf16_nhwckrsc_nhwc", False),
+        (sig.COMPILED_REGION, "Torch-Compiled Region: 0/7", True),
+        (sig.COMPILED_REGION, "Torch-Compiled Region: 12/0", True),
+        (sig.ANOMALY_CHECK, "aten::isnan", True),
+        (sig.ANOMALY_CHECK, "aten::_is_any_true", True),
+        (sig.ANOMALY_CHECK, "aten::_local_scalar_dense", True),
+        (sig.ANOMALY_CHECK, "aten::isnan_", False),
+    ],
+)
+def test_signature_spellings(pattern: str, name: str, matches: bool) -> None:
+    assert bool(re.search(pattern, name)) is matches
+
+
+def _metrics(tmp_path: Path, events: list[dict[str, object]]) -> api.Analysis:
+    return api.analyze_path(write_example(events, tmp_path, "t"))
+
+
+def test_allocator_idle_worked_by_hand(tmp_path: Path) -> None:
+    """Two identical steps of 1000 µs. In each: a kernel 10-100 µs in; a cudaMalloc at
+    200-300 µs while the GPU idles (100 µs explained); a kernel 400-550 µs; a cudaFree at
+    500-700 µs that waits for it (the GPU goes idle at 550, 50 µs after the call began: the
+    host was 50 µs ahead), returns at 700, and the next kernel starts at 720: 150 µs inside the
+    call plus a refill of 20 µs (under max(50 µs ahead, the 50 µs launch-gap limit)). 270 µs
+    of idle explained per step, of 4 calls (2 per step)."""
+    events: list[dict[str, object]] = []
+    for n, t0 in ((1, 1000), (2, 2000)):
+        c = 10 * n
+        events += [
+            step(n, t0, 1000),
+            launch(t0 + 5, 2, c),
+            kernel(t0 + 10, 90, "gemm", corr=c),
+            launch(t0 + 200, 100, c + 1, name="cudaMalloc"),
+            launch(t0 + 390, 2, c + 2),
+            kernel(t0 + 400, 150, "gemm", corr=c + 2),
+            launch(t0 + 500, 200, c + 3, name="cudaFree"),
+            launch(t0 + 705, 2, c + 4),
+            kernel(t0 + 720, 200, "gemm", corr=c + 4),
+        ]
+    m = _metrics(tmp_path, events).metrics
+    row = m.causes.host.to_dicts()
+    assert len(row) == 1
+    assert row[0]["cause"] == "allocator"
+    assert (row[0]["calls"], row[0]["steps"], row[0]["steps_with"]) == (4, 2, 2)
+    assert row[0]["host_ns"] == 2 * 300_000
+    assert row[0]["idle_ns"] == 2 * 270_000
+    (model,) = m.cause_model
+    assert model.explained_ns == 270_000
+    assert model.impact_ns == min(270_000, model.ceiling_ns or 0)
+
+
+def test_anomaly_checks_only_under_backward_functions(tmp_path: Path) -> None:
+    """An `item` in the forward is no anomaly check; the same ops under a backward function
+    with an `isnan` are, and one without `isnan` is not."""
+    events = [
+        step(1, 100, 900),
+        cpu_op(110, 50, "aten::item"),
+        cpu_op(200, 100, "autograd::engine::evaluate_function: MmBackward0"),
+        cpu_op(210, 10, "aten::isnan"),
+        cpu_op(230, 10, "aten::_is_any_true"),
+        cpu_op(250, 40, "aten::item"),
+        cpu_op(400, 100, "autograd::engine::evaluate_function: AddBackward0"),
+        cpu_op(450, 40, "aten::item"),
+        launch(120, 2, 1),
+        kernel(125, 500, "gemm", corr=1),
+    ]
+    m = _metrics(tmp_path, events).metrics
+    names = m.causes.names.to_dicts()
+    assert {(n["name"], n["parent"], n["count"]) for n in names} == {
+        ("aten::isnan", "MmBackward0", 1),
+        ("aten::_is_any_true", "MmBackward0", 1),
+        ("aten::item", "MmBackward0", 1),
+    }
+
+
+def test_compiled_regions_count_recompiles(tmp_path: Path) -> None:
+    """Frame 0 runs graph 0/3 in step 1, 0/4 and 0/5 in steps 2 and 3 (recompiles: ids above
+    0); frame 1 (a graph break) runs 1/0 every step (its first graph, compiled before the
+    trace began: not a recompile)."""
+    events: list[dict[str, object]] = []
+    for n, g in ((1, 3), (2, 4), (3, 5)):
+        t0 = n * 1000
+        events += [
+            step(n, t0, 1000),
+            cpu_op(t0 + 10, 100, f"Torch-Compiled Region: 0/{g}"),
+            cpu_op(t0 + 200, 100, "Torch-Compiled Region: 1/0"),
+            launch(t0 + 20, 2, n),
+            kernel(t0 + 30, 800, "triton_poi_fused_0", corr=n),
+        ]
+    m = _metrics(tmp_path, events).metrics
+    (row,) = m.causes.regions.to_dicts()
+    assert row["frames"] == 2
+    assert row["graphs"] == 4
+    assert row["new_graphs"] == 3
+    assert row["steps_with_new"] == 3
+    assert row["last_graph"] == "1/0"
+
+
+def _events(path: Path) -> list[dict[str, object]]:
+    return orjson.loads(gzip.open(path).read())["traceEvents"]  # type: ignore[no-any-return]
+
+
+def test_allocator_calls_on_a_real_trace_match_a_loop() -> None:
+    """cold_start (every step kept): the allocator calls inside the steady steps, counted and
+    summed by a plain loop over the trace's events."""
+    path = GPU / "cold_start.json.gz"
+    a = api.analyze_path(path, all_steps=True)
+    events = _events(path)
+    steps = [
+        (e["ts"], e["ts"] + e["dur"])
+        for e in events
+        if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("ProfilerStep#")
+    ]
+    count: dict[str, int] = {}
+    total: dict[str, int] = {}
+    for e in events:
+        name = str(e.get("name", ""))
+        if e.get("cat") != "cuda_runtime" or name not in ("cudaMalloc", "cudaFree"):
+            continue
+        if any(lo <= e["ts"] < hi for lo, hi in steps):  # type: ignore[operator]
+            count[name] = count.get(name, 0) + 1
+            total[name] = total.get(name, 0) + round(e["dur"] * 1000)  # type: ignore[operator]
+    names = {n["name"]: n for n in a.metrics.causes.names.to_dicts()}
+    assert count and {k: names[k]["count"] for k in count} == count
+    for k, v in total.items():
+        assert abs(names[k]["total_ns"] - v) <= count[k]  # rounding, at most 1 ns a call
+
+
+def test_layout_transposes_on_a_real_trace_match_a_loop() -> None:
+    """conv_train (NCHW under bf16 autocast): the transposes cuDNN launched for convolutions,
+    counted and timed by a loop over the kernels of the steady steps' GPU work."""
+    path = GPU / "conv_train.json.gz"
+    a = api.analyze_path(path)
+    (row,) = a.metrics.causes.layout.to_dicts()
+    events = _events(path)
+    window = a.metrics.steps.windows.to_dicts()[0]
+    lo, hi = window["start_ns"], window["end_ns"]
+    n = t = 0
+    for e in events:
+        if e.get("cat") != "kernel" or not re.search(sig.LAYOUT_KERNEL, str(e["name"])):
+            continue
+        s = round(e["ts"] * 1000)  # type: ignore[operator]
+        end = s + round(e["dur"] * 1000)  # type: ignore[operator]
+        if end > lo and s < hi:
+            n += 1
+            t += min(end, hi) - max(s, lo)
+    assert (row["count"], row["transpose_ns"]) == (n, pytest.approx(t, abs=n))
+    assert row["depthwise_ns"] > 0  # its depthwise convolutions: no channels-last advice
+
+
+@pytest.mark.parametrize(
+    ("times", "expected"),
+    [
+        ([58, 26, 58, 26, 58, 26], ("periodic", 2, [0, 2, 4])),
+        ([26, 58, 26, 58], ("periodic", 2, [1, 3])),
+        ([20, 20, 50, 20, 20, 50], ("periodic", 3, [2, 5])),
+        # one cycle of three is not seen twice: no period assumed
+        ([20, 20, 50, 20, 20], ("outliers", None, [2])),
+        ([29, 29, 18, 18], ("trend: warm-up", None, [0, 1])),
+        ([18, 18, 18, 29, 29], ("trend: slowing", None, [3, 4])),
+        ([20, 21, 20, 22, 21, 20], None),  # one kind: jumps under 25 %
+        ([20, 50, 50, 20, 50, 20, 20, 50], ("irregular", None, [1, 2, 4, 7])),
+        ([30, 20, 20], None),  # too few steps
+    ],
+)
+def test_step_kinds(times: list[int], expected: tuple[str, int | None, list[int]] | None) -> None:
+    assert step_kinds.kinds_of(times) == expected
+
+
+def test_slow_steps_name_what_they_run(tmp_path: Path) -> None:
+    """Every 2nd of 7 steps also runs `log_metrics` (a 2 ms host range): two kinds, period 2,
+    and the extra work named with its count and time per slow step."""
+    from traceanalyzer.rules.ta018_uneven_steps import UnevenSteps
+
+    m = _metrics(tmp_path, UnevenSteps.example_bad).metrics
+    (row,) = m.causes.step_kinds.to_dicts()
+    assert (row["pattern"], row["period"], row["slow_steps"]) == ("periodic", 2, [2, 4, 6])
+    assert row["slow_ns"] - row["fast_ns"] == pytest.approx(2_000_000, rel=0.05)
+    assert row["extra_ns"] == (row["slow_ns"] - row["fast_ns"]) * 3 // 7
+    (work,) = m.causes.slow_work.to_dicts()
+    assert (work["name"], work["extra_calls"], work["extra_ns"]) == ("log_metrics", 1.0, 2_000_000)

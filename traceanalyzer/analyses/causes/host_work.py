@@ -1,0 +1,221 @@
+"""Host-side causes: the host work of each inside the steady steps, and the GPU idle it explains.
+
+A host-side cause is work the host does in the loop that a named fix removes whole:
+
+- `allocator`: `cudaMalloc`/`cudaFree` (and the driver's and HIP's) calls: the caching
+  allocator going to the driver because its pool was emptied (`torch.cuda.empty_cache()`) or
+  cannot hold the step's blocks; a free synchronises the device;
+- `compilation`: torch.compile's compile phases (Dynamo, AOTAutograd, Inductor, Triton):
+  a compile inside a steady step is a recompilation;
+- `anomaly_checks`: anomaly mode's NaN check after every backward function
+  (`torch.autograd.set_detect_anomaly(True)`): `isnan`, `_is_any_true` and `item` under the
+  engine's `evaluate_function` range, the `item` a device sync.
+
+**What removing the work saves (the idle it explains).** Over each idle gap of a device in
+its window, the part during which the host was inside the cause's work (the union of its
+calls on the rank), and, where the gap began while the host was inside a call that
+synchronises (a free, a check's `item`), the refill after the call returned, as for any sync
+(idle.sync_impact): the host queued nothing while it waited, so the GPU also waits for the
+next launch; the refill is counted up to how far ahead the host was (the time it waited in
+the call before the GPU went idle), at least the launch-gap limit. A gap is never counted
+beyond its length. Host time in the calls while the GPU is busy is not counted: removing it
+shortens no step while the GPU is the bottleneck.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceanalyzer.analyses.causes import signatures as sig
+from traceanalyzer.analyses.timeline.intervals import busy_before, in_ranges, union
+from traceanalyzer.model import Kind, Timeline
+
+#: The host-side causes, in the order their rules come.
+HOST_CAUSES = ("compilation", "allocator", "anomaly_checks")
+CAUSE = pl.Enum(list(HOST_CAUSES))
+
+#: The per-device frame (`Causes.host`).
+HOST_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32(),
+    "device": pl.Int32(),
+    "cause": CAUSE,
+    "steps": pl.Int64(),
+    "steps_with": pl.Int64(),
+    "calls": pl.Int64(),
+    "host_ns": pl.Int64(),
+    "idle_ns": pl.Int64(),
+}
+#: The names frame (`Causes.names`): each cause's calls by name, on each rank.
+NAMES_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32(),
+    "cause": CAUSE,
+    "name": pl.String(),
+    "count": pl.Int64(),
+    "total_ns": pl.Int64(),
+    "parent": pl.String(),
+}
+
+_HOST_RANGES = [Kind.CPU_OP.value, Kind.ANNOTATION.value, Kind.PYTHON.value]
+_HOST_CALLS = [Kind.RUNTIME.value, Kind.DRIVER.value]
+_COLS = ["rank", "pid", "tid", "name", "start_ns", "end_ns"]
+
+
+def cause_calls(timeline: Timeline) -> pl.LazyFrame:
+    """rank, cause, name, start_ns, end_ns, syncs, parent: every call of a host-side cause in
+    the trace (`parent`: the backward function an anomaly check ran under, else null)."""
+    events = timeline.events.lazy()
+    name = pl.col("name").cast(pl.String)
+    allocator = (
+        events.filter(pl.col("kind").is_in(_HOST_CALLS))
+        .select(*_COLS[:3], name=name, start_ns="start_ns", end_ns="end_ns")
+        .filter(pl.col("name").str.contains(sig.ALLOCATOR_CALLS))
+        .with_columns(
+            cause=pl.lit("allocator"),
+            syncs=pl.col("name").str.contains(sig.ALLOCATOR_SYNCS),
+            parent=pl.lit(None, pl.String),
+        )
+    )
+    ranges = events.filter(pl.col("kind").is_in(_HOST_RANGES)).select(
+        *_COLS[:3], name=name, start_ns="start_ns", end_ns="end_ns"
+    )
+    compiling = ranges.filter(pl.col("name").str.contains(sig.COMPILE_WORK)).with_columns(
+        cause=pl.lit("compilation"), syncs=pl.lit(False), parent=pl.lit(None, pl.String)
+    )
+    return pl.concat(
+        [
+            f.select("rank", "cause", "name", "start_ns", "end_ns", "syncs", "parent")
+            for f in (allocator, compiling, _anomaly_checks(ranges))
+        ]
+    ).with_columns(pl.col("cause").cast(CAUSE))
+
+
+def _anomaly_checks(ranges: pl.LazyFrame) -> pl.LazyFrame:
+    """The check operators inside backward functions that ran anomaly mode's NaN check (an
+    `isnan` among them): each with the backward function around it as `parent`."""
+    keys = ["rank", "pid", "tid"]
+    functions = (
+        ranges.filter(pl.col("name").str.contains(sig.BACKWARD_FUNCTION))
+        .select(
+            *keys,
+            _f_start="start_ns",
+            _f_end="end_ns",
+            parent=pl.col("name").str.replace(sig.BACKWARD_FUNCTION, ""),
+        )
+        .sort("_f_start")
+    )
+    ops = (
+        ranges.filter(pl.col("name").str.contains(sig.ANOMALY_CHECK))
+        .sort("start_ns")
+        .join_asof(
+            functions,
+            left_on="start_ns",
+            right_on="_f_start",
+            by=keys,
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .filter(pl.col("_f_end").is_not_null() & (pl.col("end_ns") <= pl.col("_f_end")))
+    )
+    checked = ops.filter(pl.col("name").str.contains(sig.ANOMALY_MARK)).select(*keys, "_f_start")
+    return (
+        ops.join(checked.unique(), on=[*keys, "_f_start"], how="semi")
+        .with_columns(
+            cause=pl.lit("anomaly_checks"),
+            syncs=pl.col("name").str.contains(sig.ANOMALY_SYNC),
+        )
+        .drop("_f_start", "_f_end")
+    )
+
+
+def host_causes(
+    timeline: Timeline,
+    markers: pl.LazyFrame,
+    wins: pl.DataFrame,
+    gaps: pl.DataFrame,
+    launch_gap_max_ns: int,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(per device, names): the host-side causes inside the steady steps.
+
+    Per device (HOST_SCHEMA), for each cause with a call inside a steady step of the rank:
+    `steps` (the rank's steady steps), `steps_with` (those holding a call), `calls`,
+    `host_ns` (the union of the calls, any thread of the rank) and `idle_ns` (the idle of the
+    device's gaps the work explains: the module docstring). Names (NAMES_SCHEMA): the calls
+    by name (and backward function, for the checks), longest total first.
+
+    `markers`: the steady steps' host ranges (rank, step, start_ns, end_ns); `wins`: the
+    devices' windows (rank, device); `gaps`: the idle gaps (Metrics.idle.gaps' columns
+    rank, device, start_ns, end_ns, gap_ns); `launch_gap_max_ns`: the least refill counted
+    after a synchronising call."""
+    steps = markers.select("rank", "step", "start_ns", "end_ns")
+    calls = in_ranges(cause_calls(timeline), steps, "rank").collect()
+    if calls.height == 0:
+        return pl.DataFrame(schema=HOST_SCHEMA), pl.DataFrame(schema=NAMES_SCHEMA)
+    by = ["rank", "cause"]
+    merged = union(calls.lazy(), by)
+    held = merged.group_by(by).agg(host_ns=(pl.col("end_ns") - pl.col("start_ns")).sum())
+    counted = (
+        calls.lazy()
+        .group_by(by)
+        .agg(calls=pl.len().cast(pl.Int64), steps_with=pl.col("step").n_unique().cast(pl.Int64))
+    )
+    n_steps = steps.group_by("rank").agg(steps=pl.len().cast(pl.Int64))
+    present = calls.lazy().select(by).unique()
+    g = (
+        gaps.lazy()
+        .select("rank", "device", g_start="start_ns", g_end="end_ns")
+        .join(present, on="rank")
+    )
+    over = busy_before(busy_before(g, merged, by, "g_start"), merged, by, "g_end").with_columns(
+        under_ns=pl.col("g_end_busy_ns") - pl.col("g_start_busy_ns")
+    )
+    syncing = union(calls.lazy().filter(pl.col("syncs")), by).select(
+        *by, _s_start="start_ns", _s_end="end_ns"
+    )
+    ahead = pl.col("g_start") - pl.col("_s_start")
+    refill = (pl.col("g_end") - pl.col("_s_end")).clip(lower_bound=0)
+    with_sync = (
+        over.sort("g_start")
+        .join_asof(
+            syncing.sort("_s_start"),
+            left_on="g_start",
+            right_on="_s_start",
+            by=by,
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .with_columns(
+            sync_ns=pl.when(pl.col("_s_end") > pl.col("g_start"))
+            .then(
+                pl.min_horizontal("g_end", "_s_end")
+                - pl.col("g_start")
+                + pl.min_horizontal(refill, pl.max_horizontal(ahead, pl.lit(launch_gap_max_ns)))
+            )
+            .otherwise(0)
+        )
+        .with_columns(
+            explained=pl.min_horizontal(
+                pl.max_horizontal("under_ns", "sync_ns"), pl.col("g_end") - pl.col("g_start")
+            )
+        )
+    )
+    idle = with_sync.group_by("rank", "device", "cause").agg(idle_ns=pl.col("explained").sum())
+    devices = wins.lazy().select("rank", "device").unique()
+    per_device = (
+        devices.join(present, on="rank")
+        .join(n_steps, on="rank", how="left")
+        .join(counted, on=by, how="left")
+        .join(held, on=by, how="left")
+        .join(idle, on=["rank", "device", "cause"], how="left")
+        .with_columns(pl.col("steps", "idle_ns", "host_ns").fill_null(0))
+        .select(list(HOST_SCHEMA))
+        .sort("rank", "device", "cause")
+    )
+    names = (
+        calls.lazy()
+        .group_by("rank", "cause", "name", "parent")
+        .agg(count=pl.len().cast(pl.Int64), total_ns=(pl.col("end_ns") - pl.col("start_ns")).sum())
+        .select(list(NAMES_SCHEMA))
+        .sort(["rank", "cause", "total_ns", "name"], descending=[False, False, True, False])
+    )
+    host, named = pl.collect_all([per_device, names])
+    return host.cast(HOST_SCHEMA), named.cast(NAMES_SCHEMA)  # type: ignore[arg-type]

@@ -1,0 +1,59 @@
+"""The name families each cause is recognised by, as data (one regular expression each).
+
+Names drift across torch, CUDA and cuDNN versions, so each family is matched by the parts that
+stay (the `(dynamo_timed)` suffix Dynamo puts on every timed compile phase, the phases' own
+names in older versions, the runtime's allocation entry points in CUDA and HIP, cuDNN's layout
+kernels in their several spellings). Each pattern has a test per spelling it must catch
+(tests/analyses/test_causes.py).
+"""
+
+from __future__ import annotations
+
+from traceanalyzer.analyses.timeline import steady
+
+#: Host ranges of torch.compile's compilation (defined beside the other one-time work, which
+#: start-up and the steady state read too: a compile in the first steps is start-up).
+COMPILE_WORK = steady.COMPILE_WORK
+
+#: A compiled graph run: `Torch-Compiled Region: <frame>/<compile>` (torch >= 2.3); the
+#: numbers are Dynamo's frame id and that frame's compile id (a recompile of frame 0 is
+#: 0/1, 0/2, ...; a graph break's resumed frame gets a frame id of its own).
+COMPILED_REGION = r"^Torch-Compiled Region: (\d+)/(\d+)"
+
+#: Runtime and driver calls that allocate or free device memory outside the caching
+#: allocator's pool: each one a trip to the driver, and a free synchronises the device.
+ALLOCATOR_CALLS = (
+    r"^(?:cudaMalloc|cudaFree|cuMemAlloc|cuMemFree|hipMalloc|hipFree"
+    r"|cuMemCreate|cuMemRelease|cuMemMap|cuMemUnmap|cuMemSetAccess|cuMemAddressReserve"
+    r"|cuMemAddressFree)(?:_v\d+)?$"
+)
+#: The allocator calls that synchronise the device (the GPU drains before they return).
+ALLOCATOR_SYNCS = r"^(?:cudaFree|cuMemFree|hipFree)(?:_v\d+)?$"
+
+#: The autograd engine's range around each backward function.
+BACKWARD_FUNCTION = r"^autograd::engine::evaluate_function: "
+#: The operators of anomaly mode's NaN check on each backward function's outputs
+#: (`isnan(out)._is_any_true().item()` in the engine): found only inside the engine's range.
+ANOMALY_CHECK = r"^aten::(?:isnan|_is_any_true|any|is_nonzero|item|_local_scalar_dense)$"
+#: The check's first operator, by which a backward function is counted as checked.
+ANOMALY_MARK = r"^aten::isnan$"
+#: The check's operators that read the result on the host (a device sync).
+ANOMALY_SYNC = r"^aten::(?:item|_local_scalar_dense|is_nonzero)$"
+
+#: cuDNN's (and MIOpen's) kernels that transpose a tensor between NCHW and NHWC around a
+#: convolution run in the other layout: `nchwToNhwcKernel`, `nhwcToNchwKernel` (cuDNN 8-9),
+#: `convertTensor_kernel` (older cuDNN), `nchw2nhwc`/`nhwc2nchw` (cuDNN's xmma and MIOpen's
+#: `batched_transpose`).
+LAYOUT_KERNEL = (
+    r"(?i)nchwToNhwc|nhwcToNchw|nchw_to_nhwc|nhwc_to_nchw|nchw2nhwc|nhwc2nchw"
+    r"|convertTensor_kernel|batched_transpose"
+)
+#: The operators that launch a convolution's kernels (forward and backward).
+CONVOLUTION_OP = r"(?i)conv|cudnn|miopen"
+#: PyTorch's own depthwise convolution kernels (NCHW): a network that runs them may get
+#: slower, not faster, in channels-last (measured: tests/data/gpu/README.md, conv_train).
+DEPTHWISE_KERNEL = r"conv_depthwise2d|conv_depthwise3d"
+#: Batch normalisation's kernels in their NCHW form (PyTorch's own and cuDNN's): their
+#: channels-last forms (`..._channels_last_kernel`, `NHWC`) run the same work faster.
+NCHW_NORM_KERNEL = r"(?i)batch_norm|bn_fw|bn_bw|bn_bwd|bn_fwd"
+NHWC_FORM = r"(?i)channels_last|nhwc"

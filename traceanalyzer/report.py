@@ -310,6 +310,8 @@ def _flop_rows(metrics: Metrics) -> dict[tuple[int, int], dict[str, Any]]:
             "coverage": r["coverage"],
             "mfu": r["mfu"],
             "gemm_efficiency": r["gemm_efficiency"],
+            "hardware_flops_per_step": r["hardware_flops_per_step"],
+            "hfu": r["hfu"],
         }
         for r in metrics.flops.devices.iter_rows(named=True)
     }
@@ -357,11 +359,19 @@ BOUND_BY_CATEGORY: dict[str, str] = {
     "anomaly_detection": "sync",
     "layout_conversion": "gpu_compute",
     "uneven_steps": "mixed",
+    "activation_recompute": "host",
 }
 #: The causes' categories: a cause's finding names the work behind the wall and its fix,
 #: and the verdict names it (`verdict.cause`).
 CAUSE_CATEGORIES = frozenset(
-    {"recompilation", "allocator_churn", "anomaly_detection", "layout_conversion", "uneven_steps"}
+    {
+        "recompilation",
+        "allocator_churn",
+        "anomaly_detection",
+        "layout_conversion",
+        "uneven_steps",
+        "activation_recompute",
+    }
 )
 #: Findings that come first in the headline but say nothing of what bounds the job (a copy
 #: is neither host nor compute; cast kernels that take 10-20 % of a GPU-bound step do not
@@ -556,6 +566,10 @@ def verdict(
     how_far = ""
     if mfu is not None and achieved is not None and peak is not None:
         how_far = f" at {_share(mfu)} MFU ({_rate(achieved)} of {peak:.0f} TFLOP/s {dtype})"
+        hfu = job_hfu(devices)
+        if hfu is not None and hfu > 1.05 * mfu:
+            # recomputed forwards (activation checkpointing) are hardware FLOPs, not the model's
+            how_far += f", {_share(hfu)} hardware FLOPs utilisation with the recompute"
     if bound == "memory" and (bandwidth := _bandwidth_words(devices)):
         how_far = bandwidth + (f" and {_share(mfu)} MFU" if mfu is not None else "")
     return {
@@ -689,6 +703,17 @@ def job_mfu(
         sum(f["peak_tflops"] for f in known) / n,
         known[0]["dtype"],
     )
+
+
+def job_hfu(devices: Sequence[Mapping[str, Any]]) -> float | None:
+    """The job's hardware FLOPs utilisation (every FLOP run, recomputed forwards too): the
+    mean over the devices whose MFU is known; None where none is."""
+    known = [
+        d["flops"]["hfu"]
+        for d in devices
+        if d.get("flops") and d["flops"]["mfu"] is not None and d["flops"].get("hfu") is not None
+    ]
+    return sum(known) / len(known) if known else None
 
 
 def _step(r: dict[str, Any], *, warmup: bool) -> StepDict:

@@ -118,10 +118,12 @@ def test_nsight_capture_from_process_start_drops_its_cold_first_step() -> None:
     assert doc["window"]["start_ns"] == min(s["start_ns"] for s in steady)
     cold = next(s for s in doc["steps"] if s["warmup"])
     assert cold["end_ns"] - cold["start_ns"] > 5 * max(s["end_ns"] - s["start_ns"] for s in steady)
-    # the verdict rests on steady steps: starvation, priced below a steady step
+    # the verdict rests on steady steps: host-bound (every 2nd step waits for a slow loader:
+    # TA018 names the slow kind, TA001 the rest of the wait), priced below a steady step
     top = doc["diagnoses"][0]
     step_ns = doc["critical_path"][0]["step_ns"]
-    assert top["rule"] == "TA001" and top["impact_ns"] <= step_ns
+    assert doc["verdict"]["bound_by"] == "host"
+    assert top["rule"] in ("TA018", "TA001") and top["impact_ns"] <= step_ns
     json.dumps(doc)  # the report stays JSON
 
 

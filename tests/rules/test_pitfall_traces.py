@@ -132,3 +132,25 @@ def test_slow_steps_priced_by_what_dropping_them_saves() -> None:
     assert (ev["pattern"], ev["period"]) == ("periodic", 2)
     assert "aten::linear" in f["message"] and "does not name" in f["message"]
     assert "every 2nd step takes" in _doc("slow_every_other_step")["verdict"]["headline"]
+
+
+def test_recompute_named_and_mfu_counts_each_forward_once() -> None:
+    """Every block checkpointed: TA019 names the recomputed forward, priced within 30 % of the
+    7.3 ms no checkpointing saved; MFU counts the model's FLOPs, the same as its twin without
+    checkpointing (to 0.1 %), and within 10 % of 6*N*tokens plus attention; the hardware FLOPs
+    (with the recompute) are beside them, within 10 % of the script's count with every
+    block's forward twice; the twin shows no recompute and equal model and hardware FLOPs."""
+    f = _finding("checkpoint_every_block", "TA019")
+    facts = _facts("checkpoint_every_block")
+    assert _near(f["impact_ns"], facts["saving_ms"])
+    flops = _doc("checkpoint_every_block")["devices"][0]["flops"]
+    twin = _doc("allocator_steady")["devices"][0]["flops"]
+    assert flops["model_flops_per_step"] == pytest.approx(twin["model_flops_per_step"], rel=1e-3)
+    assert flops["model_flops_per_step"] == pytest.approx(facts["flops_per_step_model"], rel=0.10)
+    assert flops["hardware_flops_per_step"] == pytest.approx(
+        facts["flops_per_step_with_block_recompute"], rel=0.10
+    )
+    assert flops["hfu"] > 1.1 * flops["mfu"]
+    assert twin["hardware_flops_per_step"] == twin["model_flops_per_step"]
+    assert "hardware FLOPs utilisation" in _doc("checkpoint_every_block")["verdict"]["headline"]
+    assert not [d for d in _doc("allocator_steady")["diagnoses"] if d["rule"] == "TA019"]

@@ -36,6 +36,7 @@ from traceanalyzer.rules.ta015_allocator_churn import AllocatorChurn
 from traceanalyzer.rules.ta016_anomaly_detection import AnomalyDetection
 from traceanalyzer.rules.ta017_layout_conversion import LayoutConversion
 from traceanalyzer.rules.ta018_uneven_steps import UnevenSteps
+from traceanalyzer.rules.ta019_activation_recompute import ActivationRecompute
 
 ALL_RULES: list[type[Rule]] = [
     GpuStarvation,
@@ -56,6 +57,7 @@ ALL_RULES: list[type[Rule]] = [
     AnomalyDetection,
     LayoutConversion,
     UnevenSteps,
+    ActivationRecompute,
 ]
 
 

@@ -36,6 +36,7 @@ CATEGORIES = (
     "anomaly_detection",
     "layout_conversion",
     "uneven_steps",
+    "activation_recompute",
 )
 #: A fix that saves at least this share of step time is critical / a warning; less is info.
 CRITICAL_SHARE = 0.30

@@ -27,6 +27,7 @@ CAUSE_CATEGORIES = (
     "anomaly_detection",
     "layout_conversion",
     "uneven_steps",
+    "activation_recompute",
 )
 
 

@@ -9,7 +9,9 @@ A host-side cause is work the host does in the loop that a named fix removes who
   a compile inside a steady step is a recompilation;
 - `anomaly_checks`: anomaly mode's NaN check after every backward function
   (`torch.autograd.set_detect_anomaly(True)`): `isnan`, `_is_any_true` and `item` under the
-  engine's `evaluate_function` range, the `item` a device sync.
+  engine's `evaluate_function` range, the `item` a device sync;
+- `recompute`: forward operators run again inside backward functions (activation
+  checkpointing, recompute.py): their host side; their kernels are priced apart.
 
 **What removing the work saves (the idle it explains).** Over each idle gap of a device in
 its window, the part during which the host was inside the cause's work (the union of its
@@ -27,11 +29,12 @@ from __future__ import annotations
 import polars as pl
 
 from traceanalyzer.analyses.causes import signatures as sig
+from traceanalyzer.analyses.causes.recompute import forward_in_backward
 from traceanalyzer.analyses.timeline.intervals import busy_before, in_ranges, union
 from traceanalyzer.model import Kind, Timeline
 
 #: The host-side causes, in the order their rules come.
-HOST_CAUSES = ("compilation", "allocator", "anomaly_checks")
+HOST_CAUSES = ("compilation", "allocator", "anomaly_checks", "recompute")
 CAUSE = pl.Enum(list(HOST_CAUSES))
 
 #: The per-device frame (`Causes.host`).
@@ -81,10 +84,13 @@ def cause_calls(timeline: Timeline) -> pl.LazyFrame:
     compiling = ranges.filter(pl.col("name").str.contains(sig.COMPILE_WORK)).with_columns(
         cause=pl.lit("compilation"), syncs=pl.lit(False), parent=pl.lit(None, pl.String)
     )
+    recomputing = forward_in_backward(timeline).with_columns(
+        cause=pl.lit("recompute"), syncs=pl.lit(False), parent=pl.lit(None, pl.String)
+    )
     return pl.concat(
         [
             f.select("rank", "cause", "name", "start_ns", "end_ns", "syncs", "parent")
-            for f in (allocator, compiling, _anomaly_checks(ranges))
+            for f in (allocator, compiling, _anomaly_checks(ranges), recomputing)
         ]
     ).with_columns(pl.col("cause").cast(CAUSE))
 

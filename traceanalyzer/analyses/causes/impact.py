@@ -7,6 +7,12 @@ device's idle that is not start-up (no fix that feeds the GPU saves more than it
 Anomaly mode also costs the forward a traceback per autograd node, inside the operators
 (anomaly.forward_capture): the nodes per step times one capture's cost is added.
 
+**Activation recomputation**: no checkpointing removes the recomputed forward's host work
+and its kernels. Its host side is priced as a host cause's (the idle under it); its GPU side
+as the layout's kernels are (their time, scaled by the share of kernel time that bounds the
+step, in `unrecorded_ns`); the larger of the two is the price (a host-bound step gains the
+host side, a GPU-bound one the kernels), at most their sum.
+
 **Layout conversions**: channels_last removes the transposing kernels (cuDNN then runs the
 same NHWC convolution kernels without them) and runs batch normalisation on its channels-last
 kernels, `NHWC_NORM_RATIO` of the time of its NCHW ones: the GPU time removed is the
@@ -33,6 +39,7 @@ from traceanalyzer.analyses.causes.anomaly import ANOMALY_SCHEMA
 from traceanalyzer.analyses.causes.compilation import REGIONS_SCHEMA
 from traceanalyzer.analyses.causes.host_work import HOST_SCHEMA, NAMES_SCHEMA
 from traceanalyzer.analyses.causes.layout import LAYOUT_SCHEMA
+from traceanalyzer.analyses.causes.recompute import RECOMPUTE_SCHEMA
 from traceanalyzer.analyses.causes.step_kinds import KINDS_SCHEMA, SLOW_WORK_SCHEMA
 from traceanalyzer.analyses.timeline.frames import Schemas, check_frames
 from traceanalyzer.analyses.timeline.startup import DeviceStartup
@@ -62,7 +69,9 @@ class Causes:
     - `step_kinds`: per rank whose steady steps come in a fast and a slow kind, the pattern
       (periodic, a trend, outliers), the time of each kind and the slow kind's extra time;
       `slow_work`: what the slow steps run that the fast ones do not
-      (step_kinds.step_kinds).
+      (step_kinds.step_kinds);
+    - `recompute`: per device, the forward operators recomputed inside the backward and
+      the kernels they launched (recompute.recomputed_kernels).
     """
 
     host: pl.DataFrame
@@ -72,6 +81,7 @@ class Causes:
     layout: pl.DataFrame
     step_kinds: pl.DataFrame
     slow_work: pl.DataFrame
+    recompute: pl.DataFrame
 
     SCHEMAS: ClassVar[Schemas] = {
         "host": HOST_SCHEMA,
@@ -81,6 +91,7 @@ class Causes:
         "layout": LAYOUT_SCHEMA,
         "step_kinds": KINDS_SCHEMA,
         "slow_work": SLOW_WORK_SCHEMA,
+        "recompute": RECOMPUTE_SCHEMA,
     }
 
     def __post_init__(self) -> None:
@@ -153,6 +164,7 @@ def cause_impact(
     steps each device's window holds."""
     once = {(d.rank, d.device): d.idle_ns for d in startup}
     captures = {r["rank"]: r for r in causes.anomaly.iter_rows(named=True)}
+    redone = {(r["rank"], r["device"]): r for r in causes.recompute.iter_rows(named=True)}
     idle = {(d["rank"], d["device"]): d["idle_ns"] for d in devices.iter_rows(named=True)}
     kernel = {(d["rank"], d["device"]): d["kernel_ns"] or 0 for d in devices.iter_rows(named=True)}
     out = []
@@ -166,6 +178,30 @@ def cause_impact(
         unrecorded = 0
         if r["cause"] == "anomaly_checks" and (c := captures.get(rank)) and r["steps"]:
             unrecorded = c["nodes"] * c["capture_ns"] // r["steps"]
+        if r["cause"] == "recompute":
+            # the recompute's kernels are saved too where the GPU's work bounds the step: the
+            # larger of its host side (the idle under it) and its GPU side is what it costs
+            gpu = (redone.get((rank, device)) or {}).get("kernel_ns", 0) // per
+            bound = _bounding_share(
+                savings.get((rank, GPU_SCENARIO)), kernel.get((rank, device), 0) // per
+            )
+            gpu_part = round(gpu * bound)
+            out.append(
+                CauseImpact(
+                    cause="recompute",
+                    rank=rank,
+                    device=device,
+                    steps=r["steps"],
+                    steps_with=r["steps_with"],
+                    calls_per_step=r["calls"] / r["steps"] if r["steps"] else 0.0,
+                    work_ns=r["host_ns"] // per,
+                    explained_ns=explained,
+                    unrecorded_ns=gpu_part,
+                    impact_ns=min(max(explained, gpu_part), explained + gpu),
+                    ceiling_ns=explained + gpu,
+                )
+            )
+            continue
         out.append(
             CauseImpact(
                 cause=str(r["cause"]),

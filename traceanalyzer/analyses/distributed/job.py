@@ -11,6 +11,7 @@ from each rank's, and the run context from the ranks' facts.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import polars as pl
 
@@ -184,6 +185,7 @@ def _merge(
         layout=_concat(parts, "layout"),
         step_kinds=_concat(parts, "step_kinds"),
         slow_work=_concat(parts, "slow_work"),
+        recompute=_concat(parts, "recompute"),
     )
     return Metrics(
         basis="steps" if by_steps else "trace",
@@ -220,13 +222,7 @@ def _merge(
         ),
         communication=overlap.Communication(collectives=per_device_comm, rank_waits=rank_waits),
         collective_split=split,
-        flops=flops.device_flops(
-            _concat(parts, "op_flops"),
-            steps,
-            wins,
-            infos,
-            dev.select(*key, "gemm_ns"),
-        ),
+        flops=_flops(parts, steps, wins, infos, dev.select(*key, "gemm_ns")),
         host_phases=phases,
         attention=attention.Attention(unfused=_concat(parts, "attention")),
         fusion=fusion.Fusion(model=mem_model, patterns=mem_patterns),
@@ -272,6 +268,23 @@ def _merge(
         causes=found,
         cause_model=causes_impact.cause_impact(found, dev, once_model, savings, counts),
     )
+
+
+def _flops(
+    parts: list[RankPart],
+    steps: pl.DataFrame,
+    wins: pl.DataFrame,
+    infos: list[Any],
+    gemm: pl.DataFrame,
+) -> flops.Flops:
+    """The job's FLOPs: model FLOPs (each forward once: the recomputed forwards' taken out)
+    with the hardware's beside them."""
+    ops, redone = _concat(parts, "op_flops"), _concat(parts, "recompute_flops")
+    hardware = flops.device_flops(ops, steps, wins, infos, gemm)
+    if redone.height == 0:
+        return flops.with_hardware(hardware, hardware)
+    model = flops.device_flops(flops.less(ops, redone), steps, wins, infos, gemm)
+    return flops.with_hardware(model, hardware)
 
 
 def _all_names(names: pl.DataFrame) -> pl.DataFrame:

@@ -22,7 +22,14 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.analyses import context
-from traceanalyzer.analyses.causes import anomaly, compilation, host_work, layout, step_kinds
+from traceanalyzer.analyses.causes import (
+    anomaly,
+    compilation,
+    host_work,
+    layout,
+    recompute,
+    step_kinds,
+)
 from traceanalyzer.analyses.critical_path import critical_path
 from traceanalyzer.analyses.critical_path.critical_graph import GraphInputs
 from traceanalyzer.analyses.distributed import collectives, imbalance, overlap
@@ -401,6 +408,7 @@ def _reduce(
             "compiled_regions": lambda: compilation.compiled_regions(timeline, w.markers),
             "layout": lambda: layout.layout_kernels(in_windows),
             "step_kinds": lambda: step_kinds.step_kinds(timeline, w.markers, step_rows),
+            "recompute": lambda: _recompute(timeline, w),
         }
     )
     small_count, small_ns = done["small"]
@@ -450,6 +458,8 @@ def _reduce(
         "layout": done["layout"],
         "step_kinds": done["step_kinds"][0],
         "slow_work": done["step_kinds"][1],
+        "recompute": done["recompute"][0],
+        "recompute_flops": done["recompute"][1],
     }
     ranks = timeline.events["rank"]
     return RankPart(
@@ -540,6 +550,12 @@ def _host_causes(
     host, names = host_work.host_causes(timeline, w.markers, w.wins, w.gaps, w.launch_gap_max_ns)
     checked = host.filter(pl.col("cause") == "anomaly_checks")["rank"].unique().to_list()
     return host, names, anomaly.forward_capture(timeline, w.markers, checked)
+
+
+def _recompute(timeline: Timeline, w: Windowed) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The recomputed forward per device, and its FLOPs (op_flops of its kernels alone)."""
+    summary, kernels_of = recompute.recomputed_kernels(timeline, w.markers, w.linked, w.kernels)
+    return summary, flops.op_flops(timeline, kernels_of)
 
 
 def _casts(timeline: Timeline, in_windows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:

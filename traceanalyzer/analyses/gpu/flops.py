@@ -529,7 +529,9 @@ class Flops:
       the GPU is unknown), peak_gbps (its memory bandwidth), coverage (the counted
       operators' kernel time over every GEMM-class kernel's on the device), mfu (achieved
       over peak; null where coverage is under MIN_COVERAGE), gemm_efficiency (gemm_tflops
-      over peak).
+      over peak), hardware_flops_per_step and hfu (every FLOP the GPU ran, the forwards that
+      activation checkpointing recomputes too, and their rate over the peak: `with_hardware`;
+      equal to the model's figures where nothing is recomputed).
     - `roofline`: per (rank, device, op_name, precision, shape): calls, flops, bytes,
       kernel_ns, intensity (FLOPs per byte), achieved_tflops, roof_tflops (min(peak,
       intensity x peak bandwidth)), share_of_roof; most kernel time first.
@@ -542,6 +544,41 @@ class Flops:
     devices: pl.DataFrame
     roofline: pl.DataFrame
     unknown: pl.DataFrame
+
+
+#: The keys of `op_flops`' rows, and the columns that add up.
+_OP_KEYS = ["rank", "device", "step", "op_name", "precision", "shape"]
+_OP_SUMS = ["calls", "flops", "bytes", "kernel_ns"]
+
+
+def less(ops: pl.DataFrame, taken: pl.DataFrame) -> pl.DataFrame:
+    """`op_flops` rows less the rows `taken` (op_flops of a subset of the same kernels: the
+    recomputed forward, causes/recompute.py), key by key: the model's FLOPs, each forward
+    once. Rows left with no call are dropped."""
+    if taken.height == 0:
+        return ops
+    minus = taken.select(*_OP_KEYS, *[pl.col(c).alias(f"_{c}") for c in _OP_SUMS])
+    return (
+        ops.join(minus, on=_OP_KEYS, how="left", nulls_equal=True)
+        .with_columns((pl.col(c) - pl.col(f"_{c}").fill_null(0)).alias(c) for c in _OP_SUMS)
+        .with_columns(pl.col("calls").cast(pl.Int64), pl.col("kernel_ns").cast(pl.Int64))
+        .drop([f"_{c}" for c in _OP_SUMS])
+        .filter(pl.col("calls") > 0)
+    )
+
+
+def with_hardware(model: Flops, hardware: Flops) -> Flops:
+    """`model`'s figures (each forward counted once) with the hardware's beside them:
+    `hardware_flops_per_step` (every FLOP the GPU ran, recomputed forwards too) and `hfu`
+    (hardware FLOPs utilisation: their rate over the peak), per device."""
+    hw = hardware.devices.select(
+        *DEVICE_KEY, hardware_flops_per_step="model_flops_per_step", hfu="mfu"
+    )
+    return Flops(
+        devices=model.devices.join(hw, on=DEVICE_KEY, how="left"),
+        roofline=model.roofline,
+        unknown=model.unknown,
+    )
 
 
 #: MFU is given only where the counted operators' kernels hold at least this share of the

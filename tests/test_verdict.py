@@ -58,3 +58,44 @@ def test_pageable_copies_lead_the_headline_but_do_not_name_the_bound() -> None:
     copies = _finding("TA009", "pageable_memcpy", "critical", 500, 0.5)
     v = verdict([_device(1.0)], [], [copies])
     assert v["bound_by"] == "gpu_compute" and "TA009" in v["headline"]
+
+
+def _cause(rule: str, category: str, impact: int, share: float, words: str) -> Finding:
+    f = _finding(rule, category, "warning", impact, share)
+    return Finding(
+        **{
+            **{k: getattr(f, k) for k in Finding.__dataclass_fields__},
+            "evidence": {"impact_share_of_step": share, "cause_words": words, "bound_by": "host"},
+        }
+    )
+
+
+def test_the_cause_goes_first_in_the_headline() -> None:
+    """A cause that leads names itself and its share of the step after the wall; one that
+    does not lead is named with its rule; `cause` is its code either way."""
+    cause = _cause("TA014", "recompilation", 80, 0.8, "torch.compile recompiles every step")
+    v = verdict([_device(0.1)], [_path(cpu=90, gpu_compute=10)], [cause])
+    assert v["cause"] == "TA014" and v["bound_by"] == "host"
+    assert v["headline"].startswith("host-bound: torch.compile recompiles every step: ")
+    assert " of " in v["headline"] and " per step" in v["headline"]
+    wall = _finding("TA001", "gpu_starvation", "critical", 50, 0.5)
+    small = _cause("TA015", "allocator_churn", 20, 0.2, "the allocator calls cudaMalloc")
+    v = verdict([_device(0.1)], [_path(cpu=90, gpu_compute=10)], [wall, small])
+    assert v["cause"] == "TA015" and "(TA015: " in v["headline"]
+    assert verdict([_device(0.1)], [_path(cpu=90, gpu_compute=10)], [wall])["cause"] is None
+
+
+def test_a_host_bound_verdict_on_a_profiled_host_says_so() -> None:
+    wall = _finding("TA001", "gpu_starvation", "critical", 50, 0.5)
+    stacks = {"profiler_overhead": {"stacks": True, "memory": False, "shapes": True}}
+    v = verdict([_device(0.1)], [_path(cpu=90, gpu_compute=10)], [wall], stacks)
+    assert "recorded with Python stacks" in v["headline"]
+    plain = {"profiler_overhead": {"stacks": False, "memory": False, "shapes": True}}
+    assert (
+        "recorded with" not in verdict([_device(0.1)], [_path(cpu=90)], [wall], plain)["headline"]
+    )
+    busy = _finding("TA005", "no_tensor_cores", "critical", 50, 0.5)
+    assert (
+        "recorded with"
+        not in verdict([_device(1.0)], [_path(gpu_compute=90)], [busy], stacks)["headline"]
+    )

@@ -650,7 +650,9 @@ def _kinds_words(findings: list[Finding]) -> str:
         if f.rule == "TA018" and e.get("pattern") in ("periodic", "outliers"):
             slow, fast = _duration(e["slow_ns"]), _duration(e["fast_ns"])
             if e.get("period"):
-                return f" of two kinds: {slow} every {e['period']} steps, {fast} the others"
+                k = len(e["slow_steps"]) * e["period"] // max(1, e["steps"])
+                which = f"every {e['period']} steps" if k <= 1 else f"{k} of every {e['period']}"
+                return f" of two kinds: {slow} {which}, {fast} the others"
             return f" of two kinds: {len(e['slow_steps'])} steps of {slow}, the others {fast}"
     return ""
 

@@ -204,6 +204,7 @@ def test_layout_transposes_on_a_real_trace_match_a_loop() -> None:
         ([58, 26, 58, 26, 58, 26], ("periodic", 2, [0, 2, 4])),
         ([26, 58, 26, 58], ("periodic", 2, [1, 3])),
         ([20, 20, 50, 20, 20, 50], ("periodic", 3, [2, 5])),
+        ([29, 29, 18, 18, 29, 29, 18, 18], ("periodic", 4, [0, 1, 4, 5])),
         # one cycle of three is not seen twice: no period assumed
         ([20, 20, 50, 20, 20], ("outliers", None, [2])),
         ([29, 29, 18, 18], ("trend: warm-up", None, [0, 1])),

@@ -121,8 +121,15 @@ class UnevenSteps(Rule):
                 )
             else:
                 does = "they run the same work, more slowly"
-            every = f"every {period}{_nth(period)} step" if period else f"{count} of {n} steps"
-            words = f"{every} takes {duration(slow)} against {duration(fast)}"
+            per_cycle = count * period // n if period else 0
+            if period and per_cycle <= 1:
+                every = f"every {period}{_nth(period)} step"
+            elif period:
+                every = f"{per_cycle} of every {period} steps"
+            else:
+                every = f"{count} of {n} steps"
+            takes = "takes" if every.startswith("every") else "take"
+            words = f"{every} {takes} {duration(slow)} against {duration(fast)}"
             yield self.finding(
                 ctx,
                 f"rank {rank}: the steady steps are of two kinds: {words}; {does}",

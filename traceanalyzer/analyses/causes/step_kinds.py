@@ -15,9 +15,10 @@ with at least `MIN_STEPS` steady steps:
 - the steps split into two kinds where the largest jump between their sorted times is at
   least `SPLIT_RATIO` (slowest fast step to fastest slow one) and `MIN_JUMP_SHARE` of the
   median step;
-- the kinds **repeat with a period** `p >= 2` where the slow steps come every `p` steps
-  exactly, over at least two full cycles (`2 * p` steps or more, two slow steps or more):
-  the period is read off the steps, never assumed;
+- the kinds **repeat with a period** `p >= 2` where every step is of the kind of the step
+  `p` before it (one slow step every `p`, or several: two slow steps of every four), over at
+  least two full cycles (`2 * p` steps or more): the shortest such period, read off the
+  steps, never assumed;
 - where the slow steps all lead, the host is still warming up (`trend: warm-up`); all
   trailing, the loop slows down (`trend: slowing`); where they are a few (at most a
   quarter) at no period, they are `outliers`; else the kinds are `irregular`.
@@ -33,7 +34,6 @@ n` (the mean step's excess over the fast kind's).
 
 from __future__ import annotations
 
-import itertools
 import statistics
 
 import polars as pl
@@ -89,10 +89,9 @@ def kinds_of(times: list[int]) -> tuple[str, int | None, list[int]] | None:
     if slow_min < SPLIT_RATIO * fast_max or jump < MIN_JUMP_SHARE * statistics.median(times):
         return None
     slow = [i for i, t in enumerate(times) if t >= slow_min]
-    gaps = {b - a for a, b in itertools.pairwise(slow)}
-    if len(slow) >= 2 and len(gaps) == 1:
-        p = gaps.pop()
-        if p >= 2 and n >= 2 * p:
+    kind = [t >= slow_min for t in times]
+    for p in range(2, n // 2 + 1):  # the shortest period over two full cycles, if any
+        if all(kind[i] == kind[i + p] for i in range(n - p)):
             return "periodic", p, slow
     if slow == list(range(len(slow))):
         return "trend: warm-up", None, slow
@@ -157,9 +156,11 @@ def step_kinds(
             }
         )
     kinds = pl.DataFrame(rows, schema=KINDS_SCHEMA)
-    if kinds.height == 0:
+    # what the slow steps run is told where a finding or note names it
+    told = kinds.filter(pl.col("pattern").is_in(["periodic", "outliers", "trend: warm-up"]))
+    if told.height == 0:
         return kinds, pl.DataFrame(schema=SLOW_WORK_SCHEMA)
-    return kinds, _slow_work(timeline, markers, kinds)
+    return kinds, _slow_work(timeline, markers, told)
 
 
 def _slow_work(timeline: Timeline, markers: pl.LazyFrame, kinds: pl.DataFrame) -> pl.DataFrame:

@@ -2,6 +2,8 @@
 events: no traceanalyzer code, no torch. tests/data/gpu/README.md quotes what this prints.
 
 usage: python3 pitfall_signatures.py TRACE.json.gz [...]   (prints one JSON object per trace)
+       python3 pitfall_signatures.py --zero-grad-copies TRACE.json.gz [...]   (the zero_grad
+       and host-copy signatures below, per step)
 
 Per ProfilerStep (events whose start lies in the step's host window):
 - allocator: cudaMalloc / cudaFree runtime calls (count, total ms);
@@ -13,7 +15,13 @@ Per ProfilerStep (events whose start lies in the step's host window):
 - GEMMs: aten::linear / aten::addmm / aten::mm / aten::matmul per thread (main = the thread of
   the ProfilerStep ranges; autograd's backward runs on another) and the forward SDPA op;
 - layout kernels: kernels matching nchwToNhwc|nhwcToNchw|convertTensor|transpose, their time
-  against all kernel time.
+  against all kernel time;
+- zero_grad: the `Optimizer.zero_grad#...` ranges (names, host ms), the ops inside them, the
+  kernels their runtime calls launched (by correlation id: names, count, GPU ms), and the ops
+  and kernels under `torch::autograd::AccumulateGrad` (an add into a kept gradient shows here);
+- copies: cudaMemcpyAsync / cudaMemcpy / cudaStreamSynchronize runtime calls (count, ms, the op
+  chain above them), the memcpy activities they made (kind from the name, bytes, GPU ms) and
+  the aten::to / _to_copy / copy_ / lift_fresh ops that hold a memcpy call.
 """
 
 from __future__ import annotations
@@ -145,6 +153,145 @@ def signatures(path: str) -> dict:
     }
 
 
+def _stacks(ev: list[dict], keep) -> dict:
+    """For every event e with keep(e): the names of the host ranges (cpu_op, user_annotation)
+    enclosing it on its thread, outermost first (ProfilerStep ranges left out)."""
+    by_tid = defaultdict(list)
+    for e in ev:
+        if e.get("cat") in HOST_CATS or keep(e):
+            by_tid[e["tid"]].append(e)
+    out = {}
+    for es in by_tid.values():
+        es.sort(key=lambda e: (e["ts"], -e["dur"]))
+        stack: list[dict] = []
+        for e in es:
+            while stack and stack[-1]["ts"] + stack[-1]["dur"] <= e["ts"]:
+                stack.pop()
+            if keep(e):
+                out[id(e)] = [p["name"] for p in stack if not p["name"].startswith("ProfilerStep#")]
+            if e.get("cat") in HOST_CATS:
+                stack.append(e)
+    return out
+
+
+COPY_OPS = ("aten::to", "aten::_to_copy", "aten::copy_", "aten::lift_fresh")
+MEMCPY_CALLS = ("cudaMemcpyAsync", "cudaMemcpy", "cudaMemcpy2DAsync")
+RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
+
+
+def zero_grad_and_copies(path: str) -> dict:
+    ev = load(path)
+    steps = sorted((e for e in ev if e.get("cat") == "user_annotation"
+                    and e["name"].startswith("ProfilerStep#")), key=lambda e: e["ts"])
+    windows = [(st["name"], st["ts"], st["ts"] + st["dur"]) for st in steps]
+
+    def step_of(e):
+        for name, lo, hi in windows:
+            if lo <= e["ts"] < hi:
+                return name
+        return None
+
+    gpu_by_corr = defaultdict(list)
+    for e in ev:
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+            c = (e.get("args") or {}).get("correlation")
+            if c is not None:
+                gpu_by_corr[c].append(e)
+    is_rt = lambda e: e.get("cat") in RUNTIME_CATS  # noqa: E731
+    stacks = _stacks(ev, is_rt)
+    host_stacks = _stacks(ev, lambda e: e.get("cat") == "cpu_op")
+    ZG = "Optimizer.zero_grad"
+    AG = "torch::autograd::AccumulateGrad"
+    per = {n: {"zero_grad_ranges": Counter(), "zero_grad_range_host_ms": [],
+               "ops_in_zero_grad": Counter(),
+               "kernels_from_zero_grad": defaultdict(lambda: [0, 0.0]),
+               "ops_in_accumulate_grad": Counter(),
+               "kernels_from_accumulate_grad": defaultdict(lambda: [0, 0.0]),
+               "memcpy_calls": defaultdict(lambda: [0, 0.0]), "memcpy_call_chains": Counter(),
+               "memcpy_activities": defaultdict(lambda: [0, 0, 0.0]),
+               "stream_syncs": [0, 0.0], "stream_sync_chains": Counter(),
+               "copy_ops": Counter(), "copy_ops_holding_memcpy": Counter()}
+           for n, _, _ in windows}
+    for e in ev:
+        s = step_of(e)
+        if s is None:
+            continue
+        d = per[s]
+        cat, name = e.get("cat"), e["name"]
+        if cat == "user_annotation" and name.startswith(ZG):
+            d["zero_grad_ranges"][name] += 1
+            d["zero_grad_range_host_ms"].append(round(e["dur"] / 1e3, 4))
+        elif cat == "cpu_op":
+            chain = host_stacks.get(id(e), [])
+            if any(n.startswith(ZG) for n in chain):
+                d["ops_in_zero_grad"][name] += 1
+            if AG in chain:
+                d["ops_in_accumulate_grad"][name] += 1
+            if name in COPY_OPS:
+                d["copy_ops"][name] += 1
+        elif cat in RUNTIME_CATS:
+            chain = stacks.get(id(e), [])
+            gpu = gpu_by_corr.get((e.get("args") or {}).get("correlation"), [])
+            for key, hit in (("kernels_from_zero_grad", any(n.startswith(ZG) for n in chain)),
+                             ("kernels_from_accumulate_grad", AG in chain)):
+                if hit:
+                    for k in gpu:
+                        if k.get("cat") == "kernel":
+                            r = d[key][k["name"][:140]]
+                            r[0] += 1
+                            r[1] += k["dur"]
+            if name in MEMCPY_CALLS:
+                r = d["memcpy_calls"][name]
+                r[0] += 1
+                r[1] += e["dur"]
+                d["memcpy_call_chains"][" > ".join(chain[-4:])] += 1
+                for op in set(chain):
+                    if op in COPY_OPS:
+                        d["copy_ops_holding_memcpy"][op] += 1
+                for k in gpu:
+                    if k.get("cat") == "gpu_memcpy":
+                        r = d["memcpy_activities"][k["name"]]
+                        r[0] += 1
+                        r[1] += int((k.get("args") or {}).get("bytes", 0))
+                        r[2] += k["dur"]
+            elif name == "cudaStreamSynchronize":
+                d["stream_syncs"][0] += 1
+                d["stream_syncs"][1] += e["dur"]
+                d["stream_sync_chains"][" > ".join(chain[-4:])] += 1
+
+    def kern(v):
+        return {"count": sum(x[0] for x in v.values()),
+                "gpu_ms": round(sum(x[1] for x in v.values()) / 1e3, 4),
+                "by_name": {k: {"count": x[0], "gpu_ms": round(x[1] / 1e3, 4)}
+                            for k, x in sorted(v.items(), key=lambda kv: -kv[1][1])[:8]}}
+
+    res = {}
+    for n, d in per.items():
+        res[n] = {
+            "zero_grad_ranges": dict(d["zero_grad_ranges"]),
+            "zero_grad_range_host_ms": d["zero_grad_range_host_ms"],
+            "ops_in_zero_grad": dict(d["ops_in_zero_grad"].most_common()),
+            "kernels_from_zero_grad": kern(d["kernels_from_zero_grad"]),
+            "ops_in_accumulate_grad": dict(d["ops_in_accumulate_grad"].most_common()),
+            "kernels_from_accumulate_grad": kern(d["kernels_from_accumulate_grad"]),
+            "memcpy_calls": {k: {"count": v[0], "ms": round(v[1] / 1e3, 4)}
+                             for k, v in d["memcpy_calls"].items()},
+            "memcpy_call_chains": dict(d["memcpy_call_chains"].most_common(6)),
+            "memcpy_activities": {k: {"count": v[0], "bytes": v[1], "gpu_ms": round(v[2] / 1e3, 4)}
+                                  for k, v in d["memcpy_activities"].items()},
+            "stream_syncs": {"count": d["stream_syncs"][0],
+                             "ms": round(d["stream_syncs"][1] / 1e3, 4)},
+            "stream_sync_chains": dict(d["stream_sync_chains"].most_common(6)),
+            "copy_ops": dict(d["copy_ops"]),
+            "copy_ops_holding_memcpy": dict(d["copy_ops_holding_memcpy"]),
+        }
+    return {"trace": path.rsplit("/", 1)[-1], "per_step": res}
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--zero-grad-copies"]:
+        for p in sys.argv[2:]:
+            print(json.dumps(zero_grad_and_copies(p), sort_keys=True))
+        sys.exit(0)
     for p in sys.argv[1:]:
         print(json.dumps(signatures(p), sort_keys=True))

@@ -42,6 +42,13 @@ Scenarios (the one profiled is the name; "fix" = what is timed beside it):
   checkpoint_every_block   GPT training, each block under
                            torch.utils.checkpoint.checkpoint(blk, x, use_reentrant=False).
                            Fix: no checkpointing (twin trace: allocator_steady).
+  zero_grad_fill           GPT training with opt.zero_grad(set_to_none=False) after every
+                           step (gradients zero-filled, then accumulated into). Fix:
+                           zero_grad(set_to_none=True), the default.
+  host_tensor_every_step   GPT training; every step builds its inputs and targets on the host
+                           with torch.tensor(python list of ints).view(B, T) (the lists made
+                           up front) and copies each with .cuda() (pageable, blocking). Fix:
+                           token batches made on the GPU up front.
   (timing only, no trace; the second recording command)
   conv_timing              the conv pair again: 5 interleaved rounds of 40 steps, then 30
                            steps of each with a sync around every step.
@@ -291,13 +298,13 @@ def token_batches(n: int, batch: int, seq: int, vocab: int):
     return out
 
 
-def gpt_step(model, opt, x, y) -> torch.Tensor:
+def gpt_step(model, opt, x, y, set_to_none: bool = True) -> torch.Tensor:
     with torch.autocast(DEV, dtype=torch.bfloat16):
         logits = model(x)
     loss = F.cross_entropy(logits.float().reshape(-1, model.vocab), y.reshape(-1))
     loss.backward()
     opt.step()
-    opt.zero_grad(set_to_none=True)
+    opt.zero_grad(set_to_none=set_to_none)
     return loss
 
 
@@ -499,6 +506,125 @@ def sc_slow_every_other(scenario: str, out: str) -> None:
           slow_step_ms_synced_each=[round(v, 3) for v in per["slow_odd"]],
           sleep_ms=SLEEP_S * 1e3, slow_steps="odd ProfilerStep numbers (#3, #5, #7)")
     profile_run(scenario, out, alternating, active=6)
+
+
+def sc_zero_grad_fill(scenario: str, out: str) -> None:
+    """allocator_steady's training, but opt.zero_grad(set_to_none=False) after every step:
+    every gradient is zero-filled (fused AdamW: torch._foreach_zero_) and the next backward
+    accumulates into it (AccumulateGrad adds instead of stealing the new gradient)."""
+    model, opt = gpt()
+    bs = token_batches(4, BATCH, SEQ, model.vocab)
+    gpt_facts(scenario, model, BATCH, SEQ)
+    params = [p for p in model.parameters() if p.requires_grad]
+    fact(scenario=scenario, param_tensors=len(params),
+         param_elements=sum(p.numel() for p in params),
+         grad_bytes_fp32=sum(p.numel() * p.element_size() for p in params),
+         param_dtypes=sorted({str(p.dtype) for p in params}),
+         optimizer="AdamW(lr=3e-4, fused=True)")
+
+    def fill(i):
+        x, y = bs[i % len(bs)]
+        gpt_step(model, opt, x, y, set_to_none=False)
+
+    def none_(i):
+        x, y = bs[i % len(bs)]
+        gpt_step(model, opt, x, y, set_to_none=True)
+
+    res = timed_rounds(scenario, {"pitfall": (fill, None), "fixed": (none_, None)})
+    # zero_grad alone, gradients present (profiler off): host time of one call, and its GPU
+    # time between CUDA events
+    fill(0)
+    sync()
+    host, gpu = [], []
+    for _ in range(20):
+        assert all(p_.grad is not None for p_ in params)  # set_to_none=False keeps them
+        sync()
+        if DEV == "cuda":
+            a = torch.cuda.Event(enable_timing=True)
+            b = torch.cuda.Event(enable_timing=True)
+            a.record()
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=False)
+        t1 = time.perf_counter()
+        if DEV == "cuda":
+            b.record()
+        sync()
+        host.append((t1 - t0) * 1e3)
+        if DEV == "cuda":
+            gpu.append(a.elapsed_time(b))
+    extra = dict(zero_grad_fill_alone_host_ms=round(statistics.median(host), 4),
+                 zero_grad_fill_alone_gpu_ms=round(statistics.median(gpu), 4) if gpu else None,
+                 zero_grad_alone_calls=20, note_alone="medians, the GPU idle before each call")
+    none_(0)
+    sync()
+    truth(scenario, res, what_pitfall="opt.zero_grad(set_to_none=False) after every "
+          "optimizer step (gradients zero-filled, the next backward accumulates into them)",
+          what_fixed="opt.zero_grad(set_to_none=True) (the default)",
+          param_tensors=len(params), **extra)
+    profile_run(scenario, out, fill)
+
+
+def sc_host_tensor(scenario: str, out: str) -> None:
+    """allocator_steady's training, but every step builds its batch on the host from Python
+    lists of ints (torch.tensor(list).view(B, T)) and copies it with .cuda() (pageable
+    memory, blocking). The lists (4 batches of inputs and targets) are made once up front,
+    as a dataset of token lists would hold them. Fix: the GPU batches made up front."""
+    import random
+
+    model, opt = gpt()
+    bs = token_batches(4, BATCH, SEQ, model.vocab)
+    gpt_facts(scenario, model, BATCH, SEQ)
+    rng = random.Random(1234)
+    lists = []
+    for _ in range(4):
+        d = [rng.randrange(model.vocab) for _ in range(BATCH * (SEQ + 1))]
+        rows = [d[r * (SEQ + 1):(r + 1) * (SEQ + 1)] for r in range(BATCH)]
+        lists.append(([t for row in rows for t in row[:-1]], [t for row in rows for t in row[1:]]))
+
+    def host_batch(i):
+        xs, ys = lists[i % len(lists)]
+        x = torch.tensor(xs).view(BATCH, SEQ)
+        y = torch.tensor(ys).view(BATCH, SEQ)
+        if DEV == "cuda":
+            x, y = x.cuda(), y.cuda()
+        return x, y
+
+    def pit(i):
+        x, y = host_batch(i)
+        gpt_step(model, opt, x, y)
+
+    def fixed(i):
+        x, y = bs[i % len(bs)]
+        gpt_step(model, opt, x, y)
+
+    x0 = torch.tensor(lists[0][0]).view(BATCH, SEQ)
+    fact(scenario=scenario, batch_source="torch.tensor(python list of ints).view(B, T) for "
+         "inputs and for targets, then .cuda() each (pageable, non_blocking=False)",
+         copies_per_step=2, bytes_per_copy=x0.numel() * x0.element_size(),
+         host_dtype=str(x0.dtype), host_pinned=False)  # torch.tensor(list): pageable
+    res = timed_rounds(scenario, {"pitfall": (pit, None), "fixed": (fixed, None)})
+    # the batch alone, the GPU idle (profiler off): list -> tensor, then the two copies
+    build, copy_ = [], []
+    for i in range(20):
+        xs, ys = lists[i % len(lists)]
+        sync()
+        t0 = time.perf_counter()
+        x = torch.tensor(xs).view(BATCH, SEQ)
+        y = torch.tensor(ys).view(BATCH, SEQ)
+        t1 = time.perf_counter()
+        if DEV == "cuda":
+            x, y = x.cuda(), y.cuda()
+        t2 = time.perf_counter()
+        build.append((t1 - t0) * 1e3)
+        copy_.append((t2 - t1) * 1e3)
+    extra = dict(batch_from_lists_alone_host_ms=round(statistics.median(build), 4),
+                 two_cuda_copies_alone_host_ms=round(statistics.median(copy_), 4),
+                 alone_repeats=20, note_alone="medians, the GPU idle (no step queued)")
+    truth(scenario, res, what_pitfall="each step: torch.tensor(list of ints).view(B, T) for "
+          "inputs and targets on the host, .cuda() each (pageable, blocking)",
+          what_fixed="token batches made on the GPU up front (4, used in turn)",
+          copies_per_step=2, bytes_per_copy=x0.numel() * x0.element_size(), **extra)
+    profile_run(scenario, out, pit)
 
 
 # --- torch.compile
@@ -855,6 +981,8 @@ SCENARIOS = {
     "conv_channels_last_bf16": sc_conv,
     "checkpoint_every_block": sc_checkpoint,
     "slow_every_other_step": sc_slow_every_other,
+    "zero_grad_fill": sc_zero_grad_fill,
+    "host_tensor_every_step": sc_host_tensor,
     # timing only, no trace (the second recording command)
     "conv_timing": sc_conv_timing,
     "dynamic_lengths_timing": sc_dynamic_lengths,

@@ -6,7 +6,8 @@
 #   merged (re-written after each scenario, so a run cut short keeps what it made).
 #   TARPREFIX=P appends each trace, as soon as it is made, to P1.tar (the allocator pair and
 #   compile_dynamic_shapes), P2.tar (recompile_every_step alone: its size is the least known),
-#   P3.tar (anomaly, item logging, checkpoint, slow steps) or P4.tar (the convs).
+#   P3.tar (anomaly, item logging, checkpoint, slow steps, zero_grad_fill,
+#   host_tensor_every_step) or P4.tar (the convs).
 #   SCENARIOS="..." picks a subset (default: all those that write a trace, in this order;
 #   conv_timing and dynamic_lengths_timing only time, and run when named). DEADLINE_S (default 540):
 #   each scenario's timeout is cut so that the whole run ends by then; a scenario that would
@@ -17,7 +18,10 @@
 #     bash sample_traces/make/run_pitfalls.sh /tmp/o 2>&1 | tee $OUT/log.txt        # 365 s
 #   SCENARIOS="conv_timing dynamic_lengths_timing" FACTS_OUT=$OUT/facts_pitfalls_timing.json \
 #     bash sample_traces/make/run_pitfalls.sh /tmp/o 2>&1 | tee $OUT/log_timing.txt  # 84 s
-# and the two facts files were merged into tests/data/gpu/facts_pitfalls.json.
+# and the two facts files were merged into tests/data/gpu/facts_pitfalls.json; the two added
+# later (a third command, a fresh machine) were merged into it the same way:
+#   SCENARIOS="zero_grad_fill host_tensor_every_step" FACTS_OUT=$OUT/facts_more.json \
+#     TARPREFIX=$OUT/traces DEADLINE_S=380 bash sample_traces/make/run_pitfalls.sh /tmp/o
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 OUTDIR=${1:?usage: run_pitfalls.sh OUTDIR}
@@ -28,7 +32,7 @@ PY=${PY:-python3}
 mkdir -p "$OUTDIR/facts.d"
 export PYTHONUNBUFFERED=1
 START=$(date +%s)
-SCENARIOS=${SCENARIOS:-"empty_cache_every_step allocator_steady recompile_every_step compile_dynamic_shapes anomaly_detection_on item_logging_per_layer conv_nchw_bf16 conv_channels_last_bf16 checkpoint_every_block slow_every_other_step"}
+SCENARIOS=${SCENARIOS:-"empty_cache_every_step allocator_steady recompile_every_step compile_dynamic_shapes anomaly_detection_on item_logging_per_layer conv_nchw_bf16 conv_channels_last_bf16 checkpoint_every_block slow_every_other_step zero_grad_fill host_tensor_every_step"}
 if [ "${PITFALLS_DRY:-0}" != 1 ]; then
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader || true
 fi

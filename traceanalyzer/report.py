@@ -360,6 +360,7 @@ BOUND_BY_CATEGORY: dict[str, str] = {
     "layout_conversion": "gpu_compute",
     "uneven_steps": "mixed",
     "activation_recompute": "host",
+    "zero_grad_fill": "host",
 }
 #: The causes' categories: a cause's finding names the work behind the wall and its fix,
 #: and the verdict names it (`verdict.cause`).
@@ -371,6 +372,7 @@ CAUSE_CATEGORIES = frozenset(
         "layout_conversion",
         "uneven_steps",
         "activation_recompute",
+        "zero_grad_fill",
     }
 )
 #: Findings that come first in the headline but say nothing of what bounds the job (a copy

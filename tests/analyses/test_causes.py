@@ -230,3 +230,28 @@ def test_slow_steps_name_what_they_run(tmp_path: Path) -> None:
     assert row["extra_ns"] == (row["slow_ns"] - row["fast_ns"]) * 3 // 7
     (work,) = m.causes.slow_work.to_dicts()
     assert (work["name"], work["extra_calls"], work["extra_ns"]) == ("log_metrics", 1.0, 2_000_000)
+
+
+def test_zero_grad_fills_only_inside_zero_grad(tmp_path: Path) -> None:
+    """zero_ inside Optimizer.zero_grad is a fill; the same op elsewhere (a buffer reset) is
+    not; each fill's kernel is counted as the fills'."""
+    events = [
+        step(1, 100, 1000),
+        cpu_op(110, 50, "aten::zero_"),
+        launch(120, 2, 1),
+        kernel(125, 20, "fill", corr=1),
+        cpu_op(300, 400, "Optimizer.zero_grad#AdamW.zero_grad"),
+        cpu_op(310, 50, "aten::zero_"),
+        launch(320, 2, 2),
+        kernel(330, 10, "fill", corr=2),
+        cpu_op(400, 50, "aten::zero_"),
+        launch(410, 2, 3),
+        kernel(420, 10, "fill", corr=3),
+        launch(800, 2, 4),
+        kernel(805, 100, "gemm", corr=4),
+    ]
+    m = _metrics(tmp_path, events).metrics
+    (fill,) = [r for r in m.causes.host.to_dicts() if r["cause"] == "zero_grad_fill"]
+    assert (fill["calls"], fill["host_ns"]) == (2, 100_000)
+    (k,) = m.causes.zero_fill.to_dicts()
+    assert (k["kernels"], k["kernel_ns"]) == (2, 20_000)

@@ -453,7 +453,7 @@ CASES: dict[str, Truth] = {
     ),
     # the same training without it: no allocator call in the steady steps
     "allocator_steady.json.gz": Truth(
-        top="TA001", never=("TA014", "TA015", "TA016", "TA017", "TA018", "TA019")
+        top="TA001", never=("TA014", "TA015", "TA016", "TA017", "TA018", "TA019", "TA020")
     ),
     # a new sequence length every step with dynamic=False: frame 0 recompiles every step
     # (0/5, 0/6, 0/7); never CUDA-graph advice (graphs re-record for every new shape)
@@ -494,6 +494,18 @@ CASES: dict[str, Truth] = {
     # slow ones naming their extra forward; TA001 keeps the host time the twin has too
     "slow_every_other_step.json.gz": Truth(
         top="TA001", must={"TA018": "warning"}, never=("TA014", "TA015", "TA016", "TA017")
+    ),
+    # zero_grad(set_to_none=False): one _foreach_zero_ per step in Optimizer.zero_grad, and an
+    # add_ under each of the 53 AccumulateGrad (a detach with None gradients)
+    "zero_grad_fill.json.gz": Truth(
+        top="TA001",
+        must={"TA020": "warning"},
+        never=("TA014", "TA015", "TA016", "TA017", "TA019"),
+    ),
+    # the batch built on the host from a Python list and copied with .cuda() every step: the
+    # host's input pipeline (TA001 between steps), no cause of this room
+    "host_tensor_every_step.json.gz": Truth(
+        top="TA001", never=("TA014", "TA015", "TA016", "TA017", "TA019", "TA020")
     ),
 }
 

@@ -154,3 +154,18 @@ def test_recompute_named_and_mfu_counts_each_forward_once() -> None:
     assert twin["hardware_flops_per_step"] == twin["model_flops_per_step"]
     assert "hardware FLOPs utilisation" in _doc("checkpoint_every_block")["verdict"]["headline"]
     assert not [d for d in _doc("allocator_steady")["diagnoses"] if d["rule"] == "TA019"]
+
+
+def test_zero_grad_fill_named_and_priced_inside_the_measured_range() -> None:
+    """zero_grad(set_to_none=False): TA020 names the fill and the adds into the filled
+    gradients, advises set_to_none=True, and is priced inside the range of the rounds'
+    measured savings (0.5-2.3 ms, mean 1.5: too noisy for 30 %), never above its ceiling."""
+    f = _finding("zero_grad_fill", "TA020")
+    rounds = _facts("zero_grad_fill")
+    saving = rounds["saving_ms"]
+    assert 0.3 * saving * 1e6 <= f["impact_ns"] <= saving * 1e6
+    assert f["impact_ns"] <= f["evidence"]["impact_ceiling_ns"]
+    assert f["evidence"]["fills_per_step"] >= 1
+    assert f["evidence"]["accumulate_adds_per_step"] == pytest.approx(53, abs=1)
+    assert "set_to_none=True" in f["advice"]
+    assert not [d for d in _doc("allocator_steady")["diagnoses"] if d["rule"] == "TA020"]

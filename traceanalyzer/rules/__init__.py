@@ -37,6 +37,7 @@ from traceanalyzer.rules.ta016_anomaly_detection import AnomalyDetection
 from traceanalyzer.rules.ta017_layout_conversion import LayoutConversion
 from traceanalyzer.rules.ta018_uneven_steps import UnevenSteps
 from traceanalyzer.rules.ta019_activation_recompute import ActivationRecompute
+from traceanalyzer.rules.ta020_zero_grad_fill import ZeroGradFill
 
 ALL_RULES: list[type[Rule]] = [
     GpuStarvation,
@@ -58,6 +59,7 @@ ALL_RULES: list[type[Rule]] = [
     LayoutConversion,
     UnevenSteps,
     ActivationRecompute,
+    ZeroGradFill,
 ]
 
 

@@ -37,6 +37,7 @@ CATEGORIES = (
     "layout_conversion",
     "uneven_steps",
     "activation_recompute",
+    "zero_grad_fill",
 )
 #: A fix that saves at least this share of step time is critical / a warning; less is info.
 CRITICAL_SHARE = 0.30

@@ -28,6 +28,7 @@ CAUSE_CATEGORIES = (
     "layout_conversion",
     "uneven_steps",
     "activation_recompute",
+    "zero_grad_fill",
 )
 
 

@@ -62,7 +62,8 @@ class ActivationRecompute(Rule):
     ## Impact estimate
     The larger of the recompute's host side (the GPU idle under the recomputed operators, as
     for any host-side cause) and its GPU side (its kernels' time, scaled by the share of the
-    kernel time that bounds the step), at most their sum (analyses/causes/impact.py). On an
+    kernel time that bounds the step), at most its host and kernel time together
+    (analyses/causes/impact.py). On an
     H200 GPT step this priced 5.7 ms; no checkpointing saved 7.3 ms without the profiler.
     """
 

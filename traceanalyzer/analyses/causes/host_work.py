@@ -11,7 +11,9 @@ A host-side cause is work the host does in the loop that a named fix removes who
   (`torch.autograd.set_detect_anomaly(True)`): `isnan`, `_is_any_true` and `item` under the
   engine's `evaluate_function` range, the `item` a device sync;
 - `recompute`: forward operators run again inside backward functions (activation
-  checkpointing, recompute.py): their host side; their kernels are priced apart.
+  checkpointing, recompute.py): their host side; their kernels are priced apart;
+- `zero_grad_fill`: the gradients filled with zeros inside the optimizer's zero_grad
+  (`zero_grad(set_to_none=False)`): their host side; their kernels are priced apart.
 
 **What removing the work saves (the idle it explains).** Over each idle gap of a device in
 its window, the part during which the host was inside the cause's work (the union of its
@@ -29,12 +31,12 @@ from __future__ import annotations
 import polars as pl
 
 from traceanalyzer.analyses.causes import signatures as sig
-from traceanalyzer.analyses.causes.recompute import forward_in_backward
+from traceanalyzer.analyses.causes.recompute import forward_in_backward, launched_in
 from traceanalyzer.analyses.timeline.intervals import busy_before, in_ranges, union
 from traceanalyzer.model import Kind, Timeline
 
 #: The host-side causes, in the order their rules come.
-HOST_CAUSES = ("compilation", "allocator", "anomaly_checks", "recompute")
+HOST_CAUSES = ("compilation", "allocator", "anomaly_checks", "recompute", "zero_grad_fill")
 CAUSE = pl.Enum(list(HOST_CAUSES))
 
 #: The per-device frame (`Causes.host`).
@@ -56,6 +58,14 @@ NAMES_SCHEMA: dict[str, pl.DataType] = {
     "count": pl.Int64(),
     "total_ns": pl.Int64(),
     "parent": pl.String(),
+}
+
+#: Per device (`Causes.zero_fill`): the kernels zero_grad's fills launched in the steady steps.
+ZERO_FILL_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32(),
+    "device": pl.Int32(),
+    "kernels": pl.Int64(),
+    "kernel_ns": pl.Int64(),
 }
 
 _HOST_RANGES = [Kind.CPU_OP.value, Kind.ANNOTATION.value, Kind.PYTHON.value]
@@ -87,12 +97,52 @@ def cause_calls(timeline: Timeline) -> pl.LazyFrame:
     recomputing = forward_in_backward(timeline).with_columns(
         cause=pl.lit("recompute"), syncs=pl.lit(False), parent=pl.lit(None, pl.String)
     )
+    filling = zero_fills(ranges).with_columns(
+        cause=pl.lit("zero_grad_fill"), syncs=pl.lit(False), parent=pl.lit(None, pl.String)
+    )
     return pl.concat(
         [
             f.select("rank", "cause", "name", "start_ns", "end_ns", "syncs", "parent")
-            for f in (allocator, compiling, _anomaly_checks(ranges), recomputing)
+            for f in (allocator, compiling, _anomaly_checks(ranges), recomputing, filling)
         ]
     ).with_columns(pl.col("cause").cast(CAUSE))
+
+
+def _inside(ranges: pl.LazyFrame, outer: str, inner: str) -> pl.LazyFrame:
+    """rank, pid, tid, name, start_ns, end_ns: the ranges named like `inner` inside one named
+    like `outer` on the same thread (the latest such range starting before them)."""
+    keys = ["rank", "pid", "tid"]
+    around = (
+        ranges.filter(pl.col("name").str.contains(outer))
+        .select(*keys, _o_start="start_ns", _o_end="end_ns")
+        .sort("_o_start")
+    )
+    return (
+        ranges.filter(pl.col("name").str.contains(inner))
+        .sort("start_ns")
+        .join_asof(
+            around,
+            left_on="start_ns",
+            right_on="_o_start",
+            by=keys,
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .filter(pl.col("_o_end").is_not_null() & (pl.col("end_ns") <= pl.col("_o_end")))
+        .drop("_o_start", "_o_end")
+    )
+
+
+def zero_fills(ranges: pl.LazyFrame) -> pl.LazyFrame:
+    """rank, pid, tid, name, start_ns, end_ns: what zero-filled gradients cost: the operators
+    that fill them inside the optimizer's zero_grad ranges, and, on the ranks that fill, the
+    adds into the filled gradients inside the engine's AccumulateGrad (with None gradients it
+    takes the new gradient as it is). `ranges`: the host ranges, name as text."""
+    fills = _inside(ranges, sig.ZERO_GRAD_RANGE, sig.ZERO_FILL)
+    adds = _inside(ranges, sig.ACCUMULATE_GRAD, sig.ACCUMULATE_ADD).join(
+        fills.select("rank").unique(), on="rank", how="semi"
+    )
+    return pl.concat([fills, adds])
 
 
 def _anomaly_checks(ranges: pl.LazyFrame) -> pl.LazyFrame:
@@ -225,3 +275,27 @@ def host_causes(
     )
     host, named = pl.collect_all([per_device, names])
     return host.cast(HOST_SCHEMA), named.cast(NAMES_SCHEMA)  # type: ignore[arg-type]
+
+
+def zero_fill_kernels(
+    timeline: Timeline, markers: pl.LazyFrame, linked: pl.DataFrame, kernels: pl.DataFrame
+) -> pl.DataFrame:
+    """Per device (ZERO_FILL_SCHEMA): the kernels that zero_grad's fills (`zero_fills`)
+    launched inside the steady steps (`markers`), and their time in the windows. `linked`:
+    the GPU work with its launches; `kernels`: the kernels inside the windows."""
+    name = pl.col("name").cast(pl.String)
+    ranges = (
+        timeline.events.lazy()
+        .filter(pl.col("kind").is_in(_HOST_RANGES))
+        .select(*_COLS[:3], name=name, start_ns="start_ns", end_ns="end_ns")
+    )
+    steps = markers.select("rank", "step", "start_ns", "end_ns")
+    ops = in_ranges(zero_fills(ranges), steps, "rank").collect()
+    mine = launched_in(ops, linked, kernels)
+    return (
+        mine.group_by("rank", "device")
+        .agg(kernels=pl.len().cast(pl.Int64), kernel_ns=pl.col("clipped_ns").sum())
+        .select(list(ZERO_FILL_SCHEMA))
+        .sort("rank", "device")
+        .cast(ZERO_FILL_SCHEMA)  # type: ignore[arg-type]
+    )

@@ -7,21 +7,22 @@ device's idle that is not start-up (no fix that feeds the GPU saves more than it
 Anomaly mode also costs the forward a traceback per autograd node, inside the operators
 (anomaly.forward_capture): the nodes per step times one capture's cost is added.
 
-**Activation recomputation**: no checkpointing removes the recomputed forward's host work
-and its kernels. Its host side is priced as a host cause's (the idle under it); its GPU side
-as the layout's kernels are (their time, scaled by the share of kernel time that bounds the
-step, in `unrecorded_ns`); the larger of the two is the price (a host-bound step gains the
-host side, a GPU-bound one the kernels), at most their sum.
+**Activation recomputation** and **zero-filled gradients**: no checkpointing removes the
+recomputed forward's host work and its kernels, and `zero_grad(set_to_none=True)` the
+fills'. Its host side is priced as a host cause's (the idle under it); its GPU side as the
+layout's kernels are (their time, scaled by the share of kernel time that bounds the step,
+in `unrecorded_ns`); the larger of the two is the price (a host-bound step gains the host
+side, a GPU-bound one the kernels), at most their host and kernel time together.
 
 **Layout conversions**: channels_last removes the transposing kernels (cuDNN then runs the
-same NHWC convolution kernels without them) and runs batch normalisation on its channels-last
-kernels, `NHWC_NORM_RATIO` of the time of its NCHW ones: the GPU time removed is the
-transposes' time plus `1 - NHWC_NORM_RATIO` of the NCHW normalisations'. On the recording the
-ratio was measured on, the model gives 11.8 ms per step of GPU time removed against 13.0 ms
-measured between the two layouts' traces. That time is saved where the GPU's work is what
-bounds the step: the critical path's `gpu_compute_2x` what-if (every kernel twice
-as fast) saves half of the kernel time on the path, so `2 * saving / kernel time per step` is
-the share of kernel time that bounds the step, and the fix saves that share of the GPU time it
+same NHWC convolution kernels without them) and runs batch normalisation on its channels-
+last kernels, `NHWC_NORM_RATIO` of the time of its NCHW ones: the GPU time removed is the
+transposes' time plus `1 - NHWC_NORM_RATIO` of the NCHW normalisations'. On the recording
+the ratio was measured on, the model gives 11.6 ms per step of GPU time removed against 13.0
+ms measured between the two layouts' traces. That time is saved where the GPU's work is what
+bounds the step: the critical path's `gpu_compute_2x` what-if (every kernel twice as fast)
+saves half of the kernel time on the path, so `2 * saving / kernel time per step` is the
+share of kernel time that bounds the step, and the fix saves that share of the GPU time it
 removes. Without a critical path, all of it. At most the GPU time removed per step (under a
 profiler that slows the host, a step the profiler makes host-bound prices low: the evidence
 keeps the GPU time removed).
@@ -37,7 +38,7 @@ import polars as pl
 
 from traceanalyzer.analyses.causes.anomaly import ANOMALY_SCHEMA
 from traceanalyzer.analyses.causes.compilation import REGIONS_SCHEMA
-from traceanalyzer.analyses.causes.host_work import HOST_SCHEMA, NAMES_SCHEMA
+from traceanalyzer.analyses.causes.host_work import HOST_SCHEMA, NAMES_SCHEMA, ZERO_FILL_SCHEMA
 from traceanalyzer.analyses.causes.layout import LAYOUT_SCHEMA
 from traceanalyzer.analyses.causes.recompute import RECOMPUTE_SCHEMA
 from traceanalyzer.analyses.causes.step_kinds import KINDS_SCHEMA, SLOW_WORK_SCHEMA
@@ -71,7 +72,9 @@ class Causes:
       `slow_work`: what the slow steps run that the fast ones do not
       (step_kinds.step_kinds);
     - `recompute`: per device, the forward operators recomputed inside the backward and
-      the kernels they launched (recompute.recomputed_kernels).
+      the kernels they launched (recompute.recomputed_kernels);
+    - `zero_fill`: per device, the kernels zero_grad's fills launched
+      (host_work.zero_fill_kernels).
     """
 
     host: pl.DataFrame
@@ -82,6 +85,7 @@ class Causes:
     step_kinds: pl.DataFrame
     slow_work: pl.DataFrame
     recompute: pl.DataFrame
+    zero_fill: pl.DataFrame
 
     SCHEMAS: ClassVar[Schemas] = {
         "host": HOST_SCHEMA,
@@ -92,6 +96,7 @@ class Causes:
         "step_kinds": KINDS_SCHEMA,
         "slow_work": SLOW_WORK_SCHEMA,
         "recompute": RECOMPUTE_SCHEMA,
+        "zero_fill": ZERO_FILL_SCHEMA,
     }
 
     def __post_init__(self) -> None:
@@ -165,6 +170,7 @@ def cause_impact(
     once = {(d.rank, d.device): d.idle_ns for d in startup}
     captures = {r["rank"]: r for r in causes.anomaly.iter_rows(named=True)}
     redone = {(r["rank"], r["device"]): r for r in causes.recompute.iter_rows(named=True)}
+    fills = {(r["rank"], r["device"]): r for r in causes.zero_fill.iter_rows(named=True)}
     idle = {(d["rank"], d["device"]): d["idle_ns"] for d in devices.iter_rows(named=True)}
     kernel = {(d["rank"], d["device"]): d["kernel_ns"] or 0 for d in devices.iter_rows(named=True)}
     out = []
@@ -178,17 +184,18 @@ def cause_impact(
         unrecorded = 0
         if r["cause"] == "anomaly_checks" and (c := captures.get(rank)) and r["steps"]:
             unrecorded = c["nodes"] * c["capture_ns"] // r["steps"]
-        if r["cause"] == "recompute":
-            # the recompute's kernels are saved too where the GPU's work bounds the step: the
-            # larger of its host side (the idle under it) and its GPU side is what it costs
-            gpu = (redone.get((rank, device)) or {}).get("kernel_ns", 0) // per
+        if r["cause"] in ("recompute", "zero_grad_fill"):
+            # their kernels are saved too where the GPU's work bounds the step: the larger of
+            # the host side (the idle under it) and the GPU side is what it costs
+            launched = redone if r["cause"] == "recompute" else fills
+            gpu = (launched.get((rank, device)) or {}).get("kernel_ns", 0) // per
             bound = _bounding_share(
                 savings.get((rank, GPU_SCENARIO)), kernel.get((rank, device), 0) // per
             )
             gpu_part = round(gpu * bound)
             out.append(
                 CauseImpact(
-                    cause="recompute",
+                    cause=str(r["cause"]),
                     rank=rank,
                     device=device,
                     steps=r["steps"],
@@ -197,8 +204,9 @@ def cause_impact(
                     work_ns=r["host_ns"] // per,
                     explained_ns=explained,
                     unrecorded_ns=gpu_part,
-                    impact_ns=min(max(explained, gpu_part), explained + gpu),
-                    ceiling_ns=explained + gpu,
+                    impact_ns=min(max(explained, gpu_part), r["host_ns"] // per + gpu),
+                    # the most removing it can save: its host time and its kernels' time
+                    ceiling_ns=r["host_ns"] // per + gpu,
                 )
             )
             continue

@@ -90,29 +90,7 @@ def recomputed_kernels(
     ops = recomputed_ops(timeline, markers).collect()
     if ops.height == 0:
         return pl.DataFrame(schema=RECOMPUTE_SCHEMA), kernels.clear()
-    keys = ["rank", "pid", "tid"]
-    spans = union(ops.lazy(), keys).select(*keys, "start_ns", "end_ns")
-    launches = linked.lazy().select(
-        "rank", "correlation", _launch="launch_ns", _pid="launch_pid", _tid="launch_tid"
-    )
-    with_launch = kernels.lazy().join(launches, on=["rank", "correlation"], how="inner")
-    # a kernel is the recompute's where its launch falls inside a recomputed operator's span
-    # on the launching thread (the spans are disjoint per thread)
-    mine = (
-        with_launch.sort("_launch")
-        .join_asof(
-            spans.sort("start_ns").select(*keys, _s_start="start_ns", _s_end="end_ns"),
-            left_on="_launch",
-            right_on="_s_start",
-            by_left=["rank", "_pid", "_tid"],
-            by_right=keys,
-            strategy="backward",
-            check_sortedness=False,
-        )
-        .filter(pl.col("_s_end").is_not_null() & (pl.col("_launch") < pl.col("_s_end")))
-        .select(kernels.columns)
-        .collect()
-    )
+    mine = launched_in(ops, linked, kernels)
     key = ["rank", "device"]
     per_op = (
         mine.lazy()
@@ -141,3 +119,35 @@ def recomputed_kernels(
         .cast(RECOMPUTE_SCHEMA)  # type: ignore[arg-type]
     )
     return summary, mine
+
+
+def launched_in(ops: pl.DataFrame, linked: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFrame:
+    """The rows of `kernels` launched inside one of the host operators `ops` (rank, pid,
+    tid, start_ns, end_ns), by launch time on the launching thread (`linked`: the GPU work
+    with launch_ns, launch_pid, launch_tid)."""
+    keys = ["rank", "pid", "tid"]
+    if ops.height == 0:
+        return kernels.clear()
+    spans = union(ops.lazy(), keys).select(*keys, "start_ns", "end_ns")
+    launches = linked.lazy().select(
+        "rank", "correlation", _launch="launch_ns", _pid="launch_pid", _tid="launch_tid"
+    )
+    with_launch = kernels.lazy().join(launches, on=["rank", "correlation"], how="inner")
+    # a kernel is the operators' where its launch falls inside one of their spans on the
+    # launching thread (the spans are disjoint per thread)
+    mine = (
+        with_launch.sort("_launch")
+        .join_asof(
+            spans.sort("start_ns").select(*keys, _s_start="start_ns", _s_end="end_ns"),
+            left_on="_launch",
+            right_on="_s_start",
+            by_left=["rank", "_pid", "_tid"],
+            by_right=keys,
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .filter(pl.col("_s_end").is_not_null() & (pl.col("_launch") < pl.col("_s_end")))
+        .select(kernels.columns)
+        .collect()
+    )
+    return mine

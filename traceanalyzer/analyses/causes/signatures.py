@@ -57,3 +57,13 @@ DEPTHWISE_KERNEL = r"conv_depthwise2d|conv_depthwise3d"
 #: channels-last forms (`..._channels_last_kernel`, `NHWC`) run the same work faster.
 NCHW_NORM_KERNEL = r"(?i)batch_norm|bn_fw|bn_bw|bn_bwd|bn_fwd"
 NHWC_FORM = r"(?i)channels_last|nhwc"
+#: The optimizer's zero_grad range (`Optimizer.zero_grad#AdamW.zero_grad`), and the operators
+#: that fill the gradients with zeros inside it (`zero_grad(set_to_none=False)`; the default,
+#: set_to_none=True, runs none).
+ZERO_GRAD_RANGE = r"^Optimizer\.zero_grad#"
+ZERO_FILL = r"^aten::(?:zero_|fill_|_foreach_zero_|_foreach_fill_)$"
+#: The autograd engine's gradient accumulation into a parameter's `.grad`, and the add it runs
+#: there when the gradient exists already (zero-filled, not None): with None it takes the new
+#: gradient as it is (a detach).
+ACCUMULATE_GRAD = r"^autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
+ACCUMULATE_ADD = r"^aten::add_$"

@@ -186,6 +186,7 @@ def _merge(
         step_kinds=_concat(parts, "step_kinds"),
         slow_work=_concat(parts, "slow_work"),
         recompute=_concat(parts, "recompute"),
+        zero_fill=_concat(parts, "zero_fill"),
     )
     return Metrics(
         basis="steps" if by_steps else "trace",

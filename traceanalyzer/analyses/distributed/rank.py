@@ -409,6 +409,9 @@ def _reduce(
             "layout": lambda: layout.layout_kernels(in_windows),
             "step_kinds": lambda: step_kinds.step_kinds(timeline, w.markers, step_rows),
             "recompute": lambda: _recompute(timeline, w),
+            "zero_fill": lambda: host_work.zero_fill_kernels(
+                timeline, w.markers, w.linked, w.kernels
+            ),
         }
     )
     small_count, small_ns = done["small"]
@@ -460,6 +463,7 @@ def _reduce(
         "slow_work": done["step_kinds"][1],
         "recompute": done["recompute"][0],
         "recompute_flops": done["recompute"][1],
+        "zero_fill": done["zero_fill"],
     }
     ranks = timeline.events["rank"]
     return RankPart(

@@ -194,3 +194,21 @@ CASES = (
     + 2
     + 2
 )
+
+
+@pytest.mark.parametrize("field", ["Device Id", "device"])
+def test_a_device_ordinal_beyond_int32_reads_as_unknown(field: str, tmp_path: Path) -> None:
+    """A memory event's `Device Id` or a kernel's `device` beyond 32 bits (found by the
+    fuzzer: 1440019397070955) is an unknown device, never an internal error: the kernel is
+    dropped as a GPU event with no device, the memory event as one without a device."""
+    big = 1_440_019_397_070_955
+    kernel = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10, "dur": 5}
+    kernel["args"] = {"device": big if field == "device" else 0, "stream": 7}
+    memory = {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 1}
+    memory |= {"tid": 1, "ts": 12, "args": {"Device Type": 1, "Device Id": big, "Bytes": 8}}
+    path = tmp_path / "big_device.json"
+    path.write_text(json.dumps({"traceEvents": [kernel, memory]}))
+    code, _doc, err = _run(path)
+    assert code in (0, 1, 2) and "internal error" not in err and "Traceback" not in err
+    if code == 2:
+        assert _refused_naming(code, err, "no GPU events")

@@ -156,11 +156,12 @@ def normalise(raw: pl.DataFrame) -> Frame:
                 & (dur >= 0)
             ).select(
                 rank=pl.lit(0, pl.Int32),
+                # an ordinal beyond Int32 (a damaged or foreign trace) reads as unknown
                 device=pl.when(pl.col("_memory"))
-                .then(pl.col("Device Id").cast(pl.Int32))
+                .then(pl.col("Device Id").cast(pl.Int32, strict=False))
                 .when(on_device)
                 .then(pl.coalesce(_int_of(pl.col("device"), text), _int_of(pl.col("pid"), text)))
-                .cast(pl.Int32),
+                .cast(pl.Int32, strict=False),
                 stream=pl.when(on_device).then(
                     pl.coalesce(_int_of(pl.col("stream"), text), _int_of(pl.col("tid"), text))
                 ),

@@ -27,6 +27,7 @@ from traceanalyzer.analyses.host.host_phases import host_phase_medians
 from traceanalyzer.analyses.metrics import Metrics
 from traceanalyzer.model import TraceMeta
 from traceanalyzer.rules.base import Finding
+from traceanalyzer.rules.causes import CAUSE_CATEGORIES
 
 FORMAT_VERSION = 1
 
@@ -362,19 +363,6 @@ BOUND_BY_CATEGORY: dict[str, str] = {
     "activation_recompute": "host",
     "zero_grad_fill": "host",
 }
-#: The causes' categories: a cause's finding names the work behind the wall and its fix,
-#: and the verdict names it (`verdict.cause`).
-CAUSE_CATEGORIES = frozenset(
-    {
-        "recompilation",
-        "allocator_churn",
-        "anomaly_detection",
-        "layout_conversion",
-        "uneven_steps",
-        "activation_recompute",
-        "zero_grad_fill",
-    }
-)
 #: Findings that come first in the headline but say nothing of what bounds the job (a copy
 #: is neither host nor compute; cast kernels that take 10-20 % of a GPU-bound step do not
 #: make it memory-bound, TA004 says when it is): the bound then comes from the critical

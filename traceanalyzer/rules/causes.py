@@ -20,7 +20,7 @@ from typing import Any
 from traceanalyzer.analyses.causes.impact import CauseImpact
 from traceanalyzer.rules.base import Context, Finding, severity_for
 
-#: The cause rules' categories (the report contract's diagnosis categories, added).
+#: The causes' categories (a cause behind a wall: the verdict names it, `verdict.cause`).
 CAUSE_CATEGORIES = (
     "recompilation",
     "allocator_churn",

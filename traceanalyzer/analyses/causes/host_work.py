@@ -31,6 +31,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceanalyzer.analyses.causes import signatures as sig
+from traceanalyzer.analyses.causes.nesting import KEYS, inside
 from traceanalyzer.analyses.causes.recompute import forward_in_backward, launched_in
 from traceanalyzer.analyses.timeline.intervals import busy_before, in_ranges, union
 from traceanalyzer.model import Kind, Timeline
@@ -108,39 +109,16 @@ def cause_calls(timeline: Timeline) -> pl.LazyFrame:
     ).with_columns(pl.col("cause").cast(CAUSE))
 
 
-def _inside(ranges: pl.LazyFrame, outer: str, inner: str) -> pl.LazyFrame:
-    """rank, pid, tid, name, start_ns, end_ns: the ranges named like `inner` inside one named
-    like `outer` on the same thread (the latest such range starting before them)."""
-    keys = ["rank", "pid", "tid"]
-    around = (
-        ranges.filter(pl.col("name").str.contains(outer))
-        .select(*keys, _o_start="start_ns", _o_end="end_ns")
-        .sort("_o_start")
-    )
-    return (
-        ranges.filter(pl.col("name").str.contains(inner))
-        .sort("start_ns")
-        .join_asof(
-            around,
-            left_on="start_ns",
-            right_on="_o_start",
-            by=keys,
-            strategy="backward",
-            check_sortedness=False,
-        )
-        .filter(pl.col("_o_end").is_not_null() & (pl.col("end_ns") <= pl.col("_o_end")))
-        .drop("_o_start", "_o_end")
-    )
-
-
 def zero_fills(ranges: pl.LazyFrame) -> pl.LazyFrame:
     """rank, pid, tid, name, start_ns, end_ns: what zero-filled gradients cost: the operators
     that fill them inside the optimizer's zero_grad ranges, and, on the ranks that fill, the
     adds into the filled gradients inside the engine's AccumulateGrad (with None gradients it
     takes the new gradient as it is). `ranges`: the host ranges, name as text."""
-    fills = _inside(ranges, sig.ZERO_GRAD_RANGE, sig.ZERO_FILL)
-    adds = _inside(ranges, sig.ACCUMULATE_GRAD, sig.ACCUMULATE_ADD).join(
-        fills.select("rank").unique(), on="rank", how="semi"
+    fills = inside(ranges, sig.ZERO_GRAD_RANGE, sig.ZERO_FILL).drop("_o_start", "_o_name")
+    adds = (
+        inside(ranges, sig.ACCUMULATE_GRAD, sig.ACCUMULATE_ADD)
+        .drop("_o_start", "_o_name")
+        .join(fills.select("rank").unique(), on="rank", how="semi")
     )
     return pl.concat([fills, adds])
 
@@ -148,38 +126,16 @@ def zero_fills(ranges: pl.LazyFrame) -> pl.LazyFrame:
 def _anomaly_checks(ranges: pl.LazyFrame) -> pl.LazyFrame:
     """The check operators inside backward functions that ran anomaly mode's NaN check (an
     `isnan` among them): each with the backward function around it as `parent`."""
-    keys = ["rank", "pid", "tid"]
-    functions = (
-        ranges.filter(pl.col("name").str.contains(sig.BACKWARD_FUNCTION))
-        .select(
-            *keys,
-            _f_start="start_ns",
-            _f_end="end_ns",
-            parent=pl.col("name").str.replace(sig.BACKWARD_FUNCTION, ""),
-        )
-        .sort("_f_start")
-    )
-    ops = (
-        ranges.filter(pl.col("name").str.contains(sig.ANOMALY_CHECK))
-        .sort("start_ns")
-        .join_asof(
-            functions,
-            left_on="start_ns",
-            right_on="_f_start",
-            by=keys,
-            strategy="backward",
-            check_sortedness=False,
-        )
-        .filter(pl.col("_f_end").is_not_null() & (pl.col("end_ns") <= pl.col("_f_end")))
-    )
-    checked = ops.filter(pl.col("name").str.contains(sig.ANOMALY_MARK)).select(*keys, "_f_start")
+    ops = inside(ranges, sig.BACKWARD_FUNCTION, sig.ANOMALY_CHECK)
+    checked = ops.filter(pl.col("name").str.contains(sig.ANOMALY_MARK)).select(*KEYS, "_o_start")
     return (
-        ops.join(checked.unique(), on=[*keys, "_f_start"], how="semi")
+        ops.join(checked.unique(), on=[*KEYS, "_o_start"], how="semi")
         .with_columns(
             cause=pl.lit("anomaly_checks"),
             syncs=pl.col("name").str.contains(sig.ANOMALY_SYNC),
+            parent=pl.col("_o_name").str.replace(sig.BACKWARD_FUNCTION, ""),
         )
-        .drop("_f_start", "_f_end")
+        .drop("_o_start", "_o_name")
     )
 
 

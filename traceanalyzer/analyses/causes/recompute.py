@@ -21,6 +21,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceanalyzer.analyses.causes import signatures as sig
+from traceanalyzer.analyses.causes.nesting import KEYS, inside
 from traceanalyzer.analyses.timeline.intervals import in_ranges, union
 from traceanalyzer.model import Kind, Timeline
 
@@ -45,32 +46,12 @@ RECOMPUTE_SCHEMA: dict[str, pl.DataType] = {
 def forward_in_backward(timeline: Timeline) -> pl.LazyFrame:
     """rank, pid, tid, start_ns, end_ns, name: the forward-only operators inside backward
     functions, anywhere in the trace."""
-    keys = ["rank", "pid", "tid"]
     ops = (
         timeline.events.lazy()
         .filter(pl.col("kind") == Kind.CPU_OP.value)
-        .select(*keys, "start_ns", "end_ns", name=pl.col("name").cast(pl.String))
+        .select(*KEYS, "start_ns", "end_ns", name=pl.col("name").cast(pl.String))
     )
-    functions = (
-        ops.filter(pl.col("name").str.contains(sig.BACKWARD_FUNCTION))
-        .select(*keys, _f_start="start_ns", _f_end="end_ns")
-        .sort("_f_start")
-    )
-    inside = (
-        ops.filter(pl.col("name").str.contains(FORWARD_ONLY))
-        .sort("start_ns")
-        .join_asof(
-            functions,
-            left_on="start_ns",
-            right_on="_f_start",
-            by=keys,
-            strategy="backward",
-            check_sortedness=False,
-        )
-        .filter(pl.col("_f_end").is_not_null() & (pl.col("end_ns") <= pl.col("_f_end")))
-        .drop("_f_start", "_f_end")
-    )
-    return inside
+    return inside(ops, sig.BACKWARD_FUNCTION, FORWARD_ONLY).drop("_o_start", "_o_name")
 
 
 def recomputed_ops(timeline: Timeline, markers: pl.LazyFrame) -> pl.LazyFrame:
@@ -125,10 +106,9 @@ def launched_in(ops: pl.DataFrame, linked: pl.DataFrame, kernels: pl.DataFrame) 
     """The rows of `kernels` launched inside one of the host operators `ops` (rank, pid,
     tid, start_ns, end_ns), by launch time on the launching thread (`linked`: the GPU work
     with launch_ns, launch_pid, launch_tid)."""
-    keys = ["rank", "pid", "tid"]
     if ops.height == 0:
         return kernels.clear()
-    spans = union(ops.lazy(), keys).select(*keys, "start_ns", "end_ns")
+    spans = union(ops.lazy(), KEYS).select(*KEYS, "start_ns", "end_ns")
     launches = linked.lazy().select(
         "rank", "correlation", _launch="launch_ns", _pid="launch_pid", _tid="launch_tid"
     )
@@ -138,11 +118,11 @@ def launched_in(ops: pl.DataFrame, linked: pl.DataFrame, kernels: pl.DataFrame) 
     mine = (
         with_launch.sort("_launch")
         .join_asof(
-            spans.sort("start_ns").select(*keys, _s_start="start_ns", _s_end="end_ns"),
+            spans.sort("start_ns").select(*KEYS, _s_start="start_ns", _s_end="end_ns"),
             left_on="_launch",
             right_on="_s_start",
             by_left=["rank", "_pid", "_tid"],
-            by_right=keys,
+            by_right=KEYS,
             strategy="backward",
             check_sortedness=False,
         )

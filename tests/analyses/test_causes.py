@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.builders import cpu_op, kernel, launch, step
+from tests.builders import cpu_op, gpu_op, kernel, launch, step
 from tests.conftest import REPO
 from traceanalyzer import api
 from traceanalyzer.analyses.causes import signatures as sig
@@ -255,3 +255,83 @@ def test_zero_grad_fills_only_inside_zero_grad(tmp_path: Path) -> None:
     assert (fill["calls"], fill["host_ns"]) == (2, 100_000)
     (k,) = m.causes.zero_fill.to_dicts()
     assert (k["kernels"], k["kernel_ns"]) == (2, 20_000)
+
+
+def _built_step(t: int, n: int) -> list[dict[str, object]]:
+    """A step of 1000 µs at `t`: a kernel 0-50 µs in, an unrelated operator ending 10 µs in,
+    a list turned into a tensor (aten::empty at 200, lift_fresh ending at 402), a pageable
+    copy (aten::copy_ 410-470, its memcpy 420-425) and the next kernel at 490-900."""
+    return [
+        step(n, t, 1000),
+        launch(t + 1, 2, 10 * n),
+        kernel(t, 50, "k", corr=10 * n),
+        cpu_op(t + 5, 5, "aten::mul"),
+        cpu_op(t + 200, 5, "aten::empty"),
+        cpu_op(t + 400, 2, "aten::lift_fresh"),
+        cpu_op(t + 410, 60, "aten::copy_"),
+        launch(t + 415, 50, 10 * n + 1, name="cudaMemcpyAsync"),
+        gpu_op("gpu_memcpy", t + 420, 5, "Memcpy HtoD (Pageable -> Device)", corr=10 * n + 1),
+        launch(t + 480, 2, 10 * n + 2),
+        kernel(t + 490, 410, "gemm", corr=10 * n + 2),
+    ]
+
+
+def test_host_built_batch_worked_by_hand(tmp_path: Path) -> None:
+    """Per step: the constructor holds the host from the mul's end (10 µs) to lift_fresh's
+    end (402): 392 µs; the copy 60 µs. GPU idle 50-420: 352 µs under the constructor, 10
+    under the copy; idle 425-490: the copy (a sync) returned at 470, 45 µs under it and the
+    20 µs refill to 490: 65. 427 µs per step. A step that only builds a scalar, or only
+    copies, holds no batch."""
+    events = [*_built_step(100, 1), *_built_step(1100, 2)]
+    only_copy = [e for e in _built_step(2100, 3) if e.get("name") != "aten::lift_fresh"]
+    m = _metrics(tmp_path, [*events, *only_copy]).metrics
+    (row,) = [r for r in m.causes.host.to_dicts() if r["cause"] == "host_batch"]
+    assert (row["steps"], row["steps_with"], row["calls"]) == (3, 2, 4)
+    assert row["host_ns"] == 2 * (392_000 + 60_000)
+    assert row["idle_ns"] == 2 * 427_000
+
+
+def test_host_built_batch_on_a_real_trace_matches_a_loop() -> None:
+    """host_tensor_every_step: per steady step, the lift_fresh operators (one per tensor
+    built from a list) and the aten::copy_ operators that launched a pageable host-to-device
+    memcpy, counted by a plain loop over the trace's events."""
+    path = GPU / "host_tensor_every_step.json.gz"
+    a = api.analyze_path(path)
+    events = _events(path)
+    steady = sorted(
+        (e["ts"], e["ts"] + e["dur"])
+        for e in events
+        if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("ProfilerStep#")
+    )  # four steps, all steady (the tool keeps every one: 4 of 4)
+    corr = {
+        e["args"]["correlation"]
+        for e in events
+        if e.get("cat") == "gpu_memcpy" and "HtoD (Pageable" in str(e.get("name"))
+    }
+    launches = [
+        e["ts"]
+        for e in events
+        if e.get("cat") == "cuda_runtime" and e.get("args", {}).get("correlation") in corr
+    ]
+    lifts = copies = 0
+    for e in events:
+        if e.get("cat") != "cpu_op" or not any(lo <= e["ts"] < hi for lo, hi in steady):
+            continue
+        if e["name"] == "aten::lift_fresh":
+            lifts += 1
+        elif e["name"] == "aten::copy_" and any(
+            e["ts"] <= t <= e["ts"] + e["dur"] for t in launches
+        ):
+            copies += 1
+    names = {
+        n["name"]: n["count"]
+        for n in a.metrics.causes.names.to_dicts()
+        if n["cause"] == "host_batch"
+    }
+    (row,) = [r for r in a.metrics.causes.host.to_dicts() if r["cause"] == "host_batch"]
+    assert row["steps"] == row["steps_with"] == len(steady) == 4
+    assert (lifts, copies) == (8, 8)
+    assert names == {
+        "torch.tensor(<Python data>)": lifts,
+        "aten::copy_ (host-to-device, pageable)": copies,
+    }

@@ -169,3 +169,20 @@ def test_zero_grad_fill_named_and_priced_inside_the_measured_range() -> None:
     assert f["evidence"]["accumulate_adds_per_step"] == pytest.approx(53, abs=1)
     assert "set_to_none=True" in f["advice"]
     assert not [d for d in _doc("allocator_steady")["diagnoses"] if d["rule"] == "TA020"]
+
+
+def test_host_built_batch_priced_by_what_gpu_batches_save() -> None:
+    """Batches built from Python lists and copied with .cuda() every step: TA021 names the
+    constructors and the blocking copies, is priced within 30 % of the 4.0 ms that batches
+    made on the GPU saved, claims the copies' syncs (no TA002 left) and is named in the
+    verdict; the twin without it has no TA021."""
+    f = _finding("host_tensor_every_step", "TA021")
+    assert _near(f["impact_ns"], _facts("host_tensor_every_step")["saving_ms"])
+    ev = f["evidence"]
+    assert ev["constructors_per_step"] == ev["pageable_copies_per_step"] == 2
+    assert ev["steps_with_batches"] == ev["steps"]
+    assert "pin_memory=True" in f["advice"] and "non_blocking=True" in f["advice"]
+    doc = _doc("host_tensor_every_step")
+    assert not [d for d in doc["diagnoses"] if d["rule"] == "TA002"]
+    assert doc["verdict"]["cause"] == "TA021"
+    assert not [d for d in _doc("allocator_steady")["diagnoses"] if d["rule"] == "TA021"]

@@ -38,6 +38,7 @@ from traceanalyzer.rules.ta017_layout_conversion import LayoutConversion
 from traceanalyzer.rules.ta018_uneven_steps import UnevenSteps
 from traceanalyzer.rules.ta019_activation_recompute import ActivationRecompute
 from traceanalyzer.rules.ta020_zero_grad_fill import ZeroGradFill
+from traceanalyzer.rules.ta021_host_built_batch import HostBuiltBatch
 
 ALL_RULES: list[type[Rule]] = [
     GpuStarvation,
@@ -60,6 +61,7 @@ ALL_RULES: list[type[Rule]] = [
     UnevenSteps,
     ActivationRecompute,
     ZeroGradFill,
+    HostBuiltBatch,
 ]
 
 

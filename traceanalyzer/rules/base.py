@@ -38,6 +38,7 @@ CATEGORIES = (
     "uneven_steps",
     "activation_recompute",
     "zero_grad_fill",
+    "host_built_batch",
 )
 #: A fix that saves at least this share of step time is critical / a warning; less is info.
 CRITICAL_SHARE = 0.30

@@ -29,6 +29,7 @@ CAUSE_CATEGORIES = (
     "uneven_steps",
     "activation_recompute",
     "zero_grad_fill",
+    "host_built_batch",
 )
 
 

@@ -13,7 +13,10 @@ A host-side cause is work the host does in the loop that a named fix removes who
 - `recompute`: forward operators run again inside backward functions (activation
   checkpointing, recompute.py): their host side; their kernels are priced apart;
 - `zero_grad_fill`: the gradients filled with zeros inside the optimizer's zero_grad
-  (`zero_grad(set_to_none=False)`): their host side; their kernels are priced apart.
+  (`zero_grad(set_to_none=False)`): their host side; their kernels are priced apart;
+- `host_batch`: the step's inputs built on the host from Python data and copied to the
+  device from pageable memory in the same step (host_batch.py): the constructors' host
+  time and the blocking copies, each of which waits for the GPU work queued before it.
 
 **What removing the work saves (the idle it explains).** Over each idle gap of a device in
 its window, the part during which the host was inside the cause's work (the union of its
@@ -31,13 +34,21 @@ from __future__ import annotations
 import polars as pl
 
 from traceanalyzer.analyses.causes import signatures as sig
+from traceanalyzer.analyses.causes.host_batch import batch_work, paired
 from traceanalyzer.analyses.causes.nesting import KEYS, inside
 from traceanalyzer.analyses.causes.recompute import forward_in_backward, launched_in
 from traceanalyzer.analyses.timeline.intervals import busy_before, in_ranges, union
 from traceanalyzer.model import Kind, Timeline
 
 #: The host-side causes, in the order their rules come.
-HOST_CAUSES = ("compilation", "allocator", "anomaly_checks", "recompute", "zero_grad_fill")
+HOST_CAUSES = (
+    "compilation",
+    "allocator",
+    "anomaly_checks",
+    "recompute",
+    "zero_grad_fill",
+    "host_batch",
+)
 CAUSE = pl.Enum(list(HOST_CAUSES))
 
 #: The per-device frame (`Causes.host`).
@@ -101,10 +112,13 @@ def cause_calls(timeline: Timeline) -> pl.LazyFrame:
     filling = zero_fills(ranges).with_columns(
         cause=pl.lit("zero_grad_fill"), syncs=pl.lit(False), parent=pl.lit(None, pl.String)
     )
+    batches = batch_work(timeline, ranges).with_columns(
+        cause=pl.lit("host_batch"), parent=pl.lit(None, pl.String)
+    )
     return pl.concat(
         [
             f.select("rank", "cause", "name", "start_ns", "end_ns", "syncs", "parent")
-            for f in (allocator, compiling, _anomaly_checks(ranges), recomputing, filling)
+            for f in (allocator, compiling, _anomaly_checks(ranges), recomputing, filling, batches)
         ]
     ).with_columns(pl.col("cause").cast(CAUSE))
 
@@ -159,7 +173,15 @@ def host_causes(
     rank, device, start_ns, end_ns, gap_ns); `launch_gap_max_ns`: the least refill counted
     after a synchronising call."""
     steps = markers.select("rank", "step", "start_ns", "end_ns")
-    calls = in_ranges(cause_calls(timeline), steps, "rank").collect()
+    # a call belongs to the step its end falls in, and counts from that step's start: a
+    # constructor's op-less time may begin in the step before (host_batch)
+    ending = cause_calls(timeline).with_columns(_at=pl.col("end_ns") - 1)
+    calls = paired(
+        in_ranges(ending, steps, "rank", "_at")
+        .join(steps.select("rank", "step", _s="start_ns"), on=["rank", "step"])
+        .with_columns(start_ns=pl.max_horizontal("start_ns", "_s"))
+        .drop("_at", "_s")
+    ).collect()
     if calls.height == 0:
         return pl.DataFrame(schema=HOST_SCHEMA), pl.DataFrame(schema=NAMES_SCHEMA)
     by = ["rank", "cause"]

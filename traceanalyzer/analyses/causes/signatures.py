@@ -67,3 +67,12 @@ ZERO_FILL = r"^aten::(?:zero_|fill_|_foreach_zero_|_foreach_fill_)$"
 #: gradient as it is (a detach).
 ACCUMULATE_GRAD = r"^autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
 ACCUMULATE_ADD = r"^aten::add_$"
+#: A tensor built from Python data on the host (`torch.tensor(list)`, `torch.as_tensor` of a
+#: sequence): the constructor ends in `aten::lift_fresh`. The host time it takes (walking the
+#: Python objects) lies before it, under no operator.
+FROM_HOST_DATA = r"^aten::lift_fresh$"
+#: The operators such a constructor runs itself before `lift_fresh` (its output's allocation,
+#: a dtype conversion that copies nothing): the op-less time around them is the constructor's.
+CONSTRUCTOR_PART = r"^aten::(?:empty|to|lift_fresh)$"
+#: The operator around a host-to-device copy of a tensor (`.cuda()`, `.to(device)`).
+COPY_OP = r"^aten::copy_$"

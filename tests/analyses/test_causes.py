@@ -15,7 +15,7 @@ from tests.conftest import REPO
 from traceanalyzer import api
 from traceanalyzer.analyses.causes import signatures as sig
 from traceanalyzer.analyses.causes import step_kinds
-from traceanalyzer.rules.examples import write_example
+from traceanalyzer.rules.examples import memory, write_example
 
 GPU = REPO / "tests" / "data" / "gpu"
 
@@ -335,3 +335,48 @@ def test_host_built_batch_on_a_real_trace_matches_a_loop() -> None:
         "torch.tensor(<Python data>)": lifts,
         "aten::copy_ (host-to-device, pageable)": copies,
     }
+
+
+def _churn_step(t: int, n: int, reserved: tuple[int, int, int]) -> list[dict[str, object]]:
+    """A step of 1000 µs with a cudaMalloc and a cudaFree, and memory events whose reserved
+    totals are `reserved` (GiB) at 100, 400 and 900 µs; 1 GiB allocated at the peak."""
+    gib = 2**30
+    return [
+        step(n, t, 1000),
+        launch(t + 10, 100, 10 * n, name="cudaMalloc"),
+        launch(t + 120, 2, 10 * n + 1),
+        kernel(t + 130, 300, "gemm", corr=10 * n + 1),
+        launch(t + 600, 200, 10 * n + 2, name="cudaFree"),
+        launch(t + 810, 2, 10 * n + 3),
+        kernel(t + 820, 100, "gemm", corr=10 * n + 3),
+        memory(t + 100, gib // 2, total_reserved=reserved[0] * gib),
+        memory(t + 400, gib, total_reserved=reserved[1] * gib),
+        memory(t + 900, gib // 4, total_reserved=reserved[2] * gib),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("reserved", "said"),
+    [
+        ((3, 3, 1), "falls by 2.00 GiB and climbs back in 3 of 3 steps"),  # emptied
+        ((3, 3, 3), "3.00 GiB reserved against 1.00 GiB allocated"),  # fragmented
+        ((1, 1, 1), None),  # a pool that fits
+    ],
+)
+def test_allocator_churn_reads_the_reserved_memory(
+    tmp_path: Path, reserved: tuple[int, int, int], said: str | None
+) -> None:
+    """TA015 on memory events: reserved memory given back every step reads as an emptied
+    pool; reserved three times allocated as a fragmented one, with expandable segments
+    advised first; and neither where reserved stays at allocated."""
+    events = [e for n in range(3) for e in _churn_step(100 + 1000 * n, n + 1, reserved)]
+    doc = api.report(write_example(events, tmp_path, "t")).to_json_dict()
+    (f,) = [d for d in doc["diagnoses"] if d["rule"] == "TA015"]
+    pool = f["evidence"]["reserved"]
+    assert pool["steps"] == 3 and pool["allocated_peak_bytes"] == 2**30
+    if said is None:
+        assert not pool["emptied"] and not pool["fragmented"]
+        assert "GiB" not in f["message"]
+    else:
+        assert said in f["message"], f["message"]
+    assert f["advice"].startswith("The pool is fragmented") == (reserved == (3, 3, 3))

@@ -58,6 +58,11 @@ COLUMNS: dict[str, tuple[pl.DataType, str]] = {
         "bytes moved by a memcpy or set by a memset; for a memory event, the device's total "
         "allocated bytes after it",
     ),
+    "reserved_bytes": (
+        pl.Int64(),
+        "for a memory event, the device's total bytes reserved by the caching allocator after "
+        "it (allocated plus cached); null for every other event",
+    ),
     "copy_kind": (pl.Categorical(), "memcpy direction: HtoD, DtoH, DtoD, HtoH, PtoP"),
     "src_memory": (pl.Categorical(), "memcpy source memory: pageable, pinned, device, managed"),
     "dst_memory": (pl.Categorical(), "memcpy destination memory: pageable, pinned, device"),

@@ -48,6 +48,7 @@ def arg_fields(text_ids: bool) -> dict[str, pl.DataType]:
         # a convolution's stride, padding, dilation (see CONV_FIELDS)
         "Concrete Inputs": pl.String(),
         "Total Allocated": pl.Int64(),
+        "Total Reserved": pl.Int64(),
         "Device Id": pl.Int64(),
         "Device Type": pl.Int64(),
         "Collective name": pl.String(),
@@ -90,7 +91,7 @@ def raw_schema(text_ids: bool, text_times: bool = False) -> pl.Schema:
 #: splitter did not lift): each field of the schema costs parse time in every event,
 #: present or not (together these cost about 15 % of the parse of a trace without them),
 #: so they are parsed only once the file shows them (see `parse_ndjson`).
-MEMORY_FIELDS = ("Total Allocated", "Device Id", "Device Type")
+MEMORY_FIELDS = ("Total Allocated", "Total Reserved", "Device Id", "Device Type")
 
 
 COMM_FIELDS = ("Collective name", "In msg nelems", "dtype")

@@ -145,6 +145,7 @@ def normalise(raw: pl.DataFrame) -> Frame:
     )
     on_device = pl.col("kind").is_in(_DEVICE_KINDS)
     concrete = _concrete_inputs(raw)
+    reserved = _reserved(raw)
     frame, flags = pl.collect_all(
         [
             tagged.filter(
@@ -180,6 +181,7 @@ def normalise(raw: pl.DataFrame) -> Frame:
                 bytes=pl.when(pl.col("_memory"))
                 .then(pl.col("Total Allocated"))
                 .otherwise(pl.col("bytes")),
+                reserved_bytes=reserved,
                 input_dims=pl.coalesce(pl.col("Input Dims"), pl.col("Input dims")),
                 input_types=pl.col("Input type"),
                 concrete_inputs=concrete,
@@ -215,6 +217,15 @@ def normalise(raw: pl.DataFrame) -> Frame:
         for cat, n in cats.iter_rows():
             dropped[f"category {cat if cat is not None else '(none)'}"] += n
     return frame, dropped
+
+
+def _reserved(raw: pl.DataFrame) -> pl.Expr:
+    """The memory events' `Total Reserved`, null for every other event (a constant null where
+    the block parsed none: most traces record no memory)."""
+    column = raw.get_column("Total Reserved") if "Total Reserved" in raw.columns else None
+    if column is None or column.null_count() == column.len():
+        return pl.lit(None, pl.Int64)
+    return pl.when(pl.col("_memory")).then(pl.col("Total Reserved"))
 
 
 def _concrete_inputs(raw: pl.DataFrame) -> pl.Expr:

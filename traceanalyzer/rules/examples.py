@@ -128,8 +128,11 @@ def launched(
     return [launch(ts, 2, corr), kernel(kernel_ts, dur, name, corr=corr, **args)]
 
 
-def memory(ts: float, total_allocated: int, *, device: int = 0) -> Event:
-    """A `[memory]` event (profile_memory=True): the device's total allocated bytes after it."""
+def memory(
+    ts: float, total_allocated: int, *, device: int = 0, total_reserved: int | None = None
+) -> Event:
+    """A `[memory]` event (profile_memory=True): the device's total allocated bytes after it,
+    and its total reserved (by default the same)."""
     return {
         "ph": "i",
         "cat": "cpu_instant_event",
@@ -143,7 +146,7 @@ def memory(ts: float, total_allocated: int, *, device: int = 0) -> Event:
             "Device Id": device,
             "Bytes": 0,
             "Total Allocated": total_allocated,
-            "Total Reserved": total_allocated,
+            "Total Reserved": total_allocated if total_reserved is None else total_reserved,
         },
     }
 

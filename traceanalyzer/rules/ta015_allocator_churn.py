@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
+
+import polars as pl
 
 from traceanalyzer.rules.base import Context, Finding, Rule, Scope, Severity
 from traceanalyzer.rules.causes import duration, models
@@ -40,6 +42,12 @@ class AllocatorChurn(Rule):
     every step). Calls from libraries outside PyTorch's allocator (NCCL buffers, cuDNN
     workspaces) recur only when those libraries are re-initialised.
 
+    Where the trace holds memory events (`profile_memory=True`), their reserved totals say
+    which: reserved memory that falls and climbs back within the steps (at least
+    `min_release_share` of its peak given back to the driver in most steps) is the pool being
+    emptied; reserved far above allocated (`fragmented_ratio` at the peak) while the allocator
+    calls the driver is a fragmented pool that cannot fit the step's blocks.
+
     ## Impact estimate
     The GPU idle the calls explain: the part of each idle gap during which the host was
     inside an allocator call, and, after a `cudaFree` that synchronised the device, the
@@ -68,6 +76,16 @@ class AllocatorChurn(Rule):
         )
         min_calls_per_step: float = field(
             default=2.0, metadata={"help": "allocator calls per steady step that trigger it"}
+        )
+        min_release_share: float = field(
+            default=0.25,
+            metadata={"help": "share of a step's reserved peak released within it (emptied)"},
+        )
+        fragmented_ratio: float = field(
+            default=1.5,
+            metadata={
+                "help": "reserved over allocated memory at the peak that reads as fragmented"
+            },
         )
 
     example_bad: ClassVar[list[Event]] = [
@@ -99,11 +117,31 @@ class AllocatorChurn(Rule):
             steps = m.steps or 1
             calls = ", ".join(f"{n['count'] / steps:.1f} {n['name']}" for n in names)
             frees = sum(n["count"] for n in names if "Free" in str(n["name"])) / steps
+            pool = _reserved(ctx, rank, m.device, t)
+            advice = self.advice
+            said = ""
+            if pool and pool["emptied"]:
+                said = (
+                    f"; reserved memory falls by {pool['released_per_step_bytes'] / 2**30:.2f} "
+                    f"GiB and climbs back in {pool['steps_released']} of {pool['steps']} steps "
+                    "(the pool is emptied)"
+                )
+            elif pool and pool["fragmented"]:
+                said = (
+                    f"; {pool['reserved_peak_bytes'] / 2**30:.2f} GiB reserved against "
+                    f"{pool['allocated_peak_bytes'] / 2**30:.2f} GiB allocated at the peak "
+                    "(a fragmented pool)"
+                )
+                advice = (
+                    "The pool is fragmented: set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+                    "and keep shapes stable (pad or bucket lengths) so blocks are reused; no "
+                    "torch.cuda.empty_cache() in the loop."
+                )
             yield self.finding(
                 ctx,
                 f"rank {rank}: {m.calls_per_step:.1f} allocator calls per step ({calls}) in "
                 f"{m.steps_with} of {m.steps} steps: {duration(m.work_ns)} of host time in "
-                f"them per step, {duration(m.explained_ns)} of GPU {m.device} idle",
+                f"them per step, {duration(m.explained_ns)} of GPU {m.device} idle{said}",
                 {
                     "steps": m.steps,
                     "steps_with_calls": m.steps_with,
@@ -120,8 +158,41 @@ class AllocatorChurn(Rule):
                     "cause_words": "the allocator calls cudaMalloc/cudaFree every step"
                     + (" (torch.cuda.empty_cache() in the loop?)" if frees >= 1 else ""),
                     "threshold_calls_per_step": t.min_calls_per_step,
+                    "reserved": pool,
                 },
                 Scope(rank=rank, device=m.device),
                 m.impact_ns,
+                advice,
                 ceiling_ns=m.ceiling_ns,
             )
+
+
+def _reserved(
+    ctx: Context, rank: int, device: int, t: AllocatorChurn.Thresholds
+) -> dict[str, Any] | None:
+    """The device's reserved memory over the steady steps (Metrics.memory.peaks), or None
+    where no memory event records it: `steps`, `steps_released` (those giving back at least
+    `t.min_release_share` of their reserved peak), `released_per_step_bytes`, the peaks
+    reserved and allocated, and whether the pool reads as `emptied` (most steps release) or
+    `fragmented` (reserved at least `t.fragmented_ratio` times allocated)."""
+    rows = ctx.metrics.memory.peaks.filter(
+        (pl.col("rank") == rank)
+        & (pl.col("device") == device)
+        & pl.col("reserved_peak_bytes").is_not_null()
+    )
+    if rows.height == 0:
+        return None
+    released = rows.filter(
+        pl.col("released_bytes") >= t.min_release_share * pl.col("reserved_peak_bytes")
+    ).height
+    reserved = int(rows["reserved_peak_bytes"].max())  # type: ignore[arg-type]
+    allocated = int(rows["peak_bytes"].max() or 0)  # type: ignore[arg-type]
+    return {
+        "steps": rows.height,
+        "steps_released": released,
+        "released_per_step_bytes": int(rows["released_bytes"].mean() or 0),  # type: ignore[arg-type]
+        "reserved_peak_bytes": reserved,
+        "allocated_peak_bytes": allocated,
+        "emptied": released * 2 > rows.height,
+        "fragmented": allocated > 0 and reserved >= t.fragmented_ratio * allocated,
+    }

@@ -20,20 +20,31 @@ from traceanalyzer.model import DeviceInfo, Kind, Timeline
 
 
 def step_peaks(timeline: Timeline, markers: pl.LazyFrame) -> pl.DataFrame:
-    """rank, device, step, peak_bytes, end_bytes: the highest total allocated during each host
-    step and the total left allocated at its last memory event. Empty without memory events."""
+    """rank, device, step, peak_bytes, end_bytes, reserved_peak_bytes, reserved_low_bytes,
+    released_bytes: the highest total allocated during each host step and the total left
+    allocated at its last memory event; the most and least the caching allocator held
+    reserved during it, and the reserved memory it gave back to the driver (the sum of the
+    falls of the reserved total from one memory event to the next: `torch.cuda.empty_cache()`,
+    or the allocator freeing its cache to retry a failed allocation). Empty without memory
+    events; the reserved figures are null where the trace does not record them."""
     memory = (
         timeline.events.lazy()
         .filter((pl.col("kind") == Kind.MEMORY.value) & pl.col("device").is_not_null())
-        .select("rank", "device", "start_ns", "bytes")
+        .select("rank", "device", "start_ns", "bytes", "reserved_bytes")
         .sort("start_ns")
     )
+    fall = (pl.col("reserved_bytes").shift(1) - pl.col("reserved_bytes")).clip(lower_bound=0)
     return (
         in_ranges(memory, markers, "rank")
         .group_by("rank", "device", "step")
         .agg(
             peak_bytes=pl.col("bytes").max(),
             end_bytes=pl.col("bytes").sort_by("start_ns").last(),
+            reserved_peak_bytes=pl.col("reserved_bytes").max(),
+            reserved_low_bytes=pl.col("reserved_bytes").min(),
+            released_bytes=pl.when(pl.col("reserved_bytes").is_not_null().any())
+            .then(fall.sum())  # in_ranges keeps each step's events in time order
+            .cast(pl.Int64),
             first_ns=pl.col("start_ns").min(),
         )
         .sort("rank", "device", "first_ns")
@@ -135,7 +146,8 @@ class Memory:
     """The job's allocated GPU memory step over step (Metrics.memory; empty without memory
     events).
 
-    - `peaks`: rank, device, step, peak_bytes, end_bytes (`step_peaks`, every rank's).
+    - `peaks`: rank, device, step, peak_bytes, end_bytes, reserved_peak_bytes,
+      reserved_low_bytes, released_bytes (`step_peaks`, every rank's).
     - `growth`: rank, device, steps, first_peak_bytes, last_peak_bytes, per_step_bytes,
       rising_share, growth_bytes (`growth`).
     - `runway`: per device of `growth`, its step peaks and the steps until its memory is
@@ -151,6 +163,9 @@ class Memory:
             "step": pl.Int64,
             "peak_bytes": pl.Int64,
             "end_bytes": pl.Int64,
+            "reserved_peak_bytes": pl.Int64,
+            "reserved_low_bytes": pl.Int64,
+            "released_bytes": pl.Int64,
         },
         "growth": {
             "rank": pl.Int32,

@@ -6,8 +6,10 @@ notebook executed end to end."""
 from __future__ import annotations
 
 import itertools
+import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -340,3 +342,40 @@ def test_findings_show_as_a_table(healthy: Analysis) -> None:
     html = healthy.diagnoses._repr_html_()
     assert html.startswith("<table>") and "TA001" in html and "saves per step" in html
     assert healthy.diagnoses[0].rule == healthy.to_json()["diagnoses"][0]["rule"]
+
+
+def _readme_lines() -> list[str]:
+    """The README's notebook lines (its first python block after "In a notebook")."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    block = text.split("In a notebook", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    return block.splitlines()
+
+
+@pytest.mark.parametrize("guarded", [False, True])
+def test_the_readme_lines_run_as_a_plain_script(tmp_path: Path, guarded: bool) -> None:
+    """The README's notebook lines, pasted into a script without a `__main__` guard (and
+    with one), run on a folder of ranks with every core: the workers never run the script
+    again, and the answer is the same."""
+    lines = [
+        line.replace('"run/"', repr(str(REPO / "sample_traces" / "sampled_2rank")))
+        for line in _readme_lines()
+        if not line.startswith("a  #")  # the notebook's display line
+    ]
+    assert any("ta.analyze(" in line for line in lines)
+    body = [*lines, 'print("headline:", a.verdict["headline"])']
+    if guarded:
+        body = ['if __name__ == "__main__":', *("    " + line for line in body)]
+    script = tmp_path / "plain.py"
+    script.write_text("\n".join(body) + "\n", encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("headline:") == 1
+    expected = ta.analyze(REPO / "sample_traces" / "sampled_2rank", jobs=1).verdict["headline"]
+    assert f"headline: {expected}" in done.stdout

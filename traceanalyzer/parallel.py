@@ -3,7 +3,9 @@ cluster. `batch` sends it whole runs; `ranks` sends it the ranks of one job."""
 
 from __future__ import annotations
 
+import ast
 import os
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
@@ -37,6 +39,8 @@ def run_all(
         yield from _run_dask(fn, items, scheduler)
         return
     workers = min(jobs or usable_cores(), len(items))
+    if workers > 1 and not children_can_start():
+        workers = 1  # here, one at a time (polars still runs each on every core)
     if workers <= 1:
         for i, item in enumerate(items):
             yield i, fn(item)
@@ -66,6 +70,36 @@ def run_all(
             os.environ.pop("POLARS_MAX_THREADS", None)
         else:
             os.environ["POLARS_MAX_THREADS"] = saved
+
+
+def children_can_start() -> bool:
+    """Whether spawned worker processes can start: a spawned child first runs the caller's
+    main script again (as `__mp_main__`), so a plain script that calls the API at its top
+    level, without an `if __name__ == "__main__":` guard, would start the work again in
+    every child (and the pool breaks). True in a notebook or an interactive session (no
+    main file), under `python -m` (imported by name) and for a script with such a guard."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if main is None or path is None or getattr(main, "__spec__", None) is not None:
+        return True
+    try:
+        with open(path, "rb") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return False  # cannot tell: do not risk it
+    return any(isinstance(node, ast.If) and _is_main_guard(node.test) for node in tree.body)
+
+
+def _is_main_guard(test: ast.expr) -> bool:
+    """`__name__ == "__main__"` (either way round)."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return False
+    if not isinstance(test.ops[0], ast.Eq):
+        return False
+    sides = [test.left, test.comparators[0]]
+    name = any(isinstance(s, ast.Name) and s.id == "__name__" for s in sides)
+    main = any(isinstance(s, ast.Constant) and s.value == "__main__" for s in sides)
+    return name and main
 
 
 def _stop(pool: ProcessPoolExecutor) -> None:

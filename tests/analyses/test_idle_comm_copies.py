@@ -247,6 +247,27 @@ def test_sync_site_without_stacks_is_the_enclosing_user_range(tmp_path: Path) ->
     assert sites == {"DistributedDataParallel.forward"}
 
 
+def test_the_profilers_closing_sync_is_not_the_loops(tmp_path: Path) -> None:
+    """A cudaDeviceSynchronize after the last step under no operator (torch.profiler's own,
+    as it stops) is not listed; a sync inside the steps without any stack or range is."""
+    from traceanalyzer import api
+    from traceanalyzer.rules.examples import launch, launched, step, write_example
+
+    events = []
+    for i in range(3):
+        t = 100 + 300 * i
+        events += [
+            step(i + 1, t, 300),
+            *launched(t + 10, t + 15, 100, 10 * i + 1, "gemm"),
+            launch(t + 20, 100, 10 * i + 2, name="cudaStreamSynchronize"),
+            *launched(t + 130, t + 135, 100, 10 * i + 3, "gemm"),
+        ]
+    events.append(launch(1100, 20, 99, name="cudaDeviceSynchronize"))
+    rep = api.report(write_example(events, tmp_path, "closing")).to_json_dict()
+    sites = [(s["name"], s["op"], s["site"], s["count"]) for s in rep["idle"]["sync_sites"]]
+    assert sites == [("cudaStreamSynchronize", None, None, 3)]
+
+
 #: A real trace with Python stacks and host syncs (TraceLens' OWLv2 inference on an H100).
 _STACKS_TRACE = (
     Path("public")

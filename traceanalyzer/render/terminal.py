@@ -257,12 +257,15 @@ def _idle_lines(r: Report) -> list[str]:
     sites = r.idle["sync_sites"]
     if sites:
         lines += ["", "Host syncs (where they come from)"]
-        lines.append(f"  {'count':>6} {'per step':>8} {'idle':>10}  call")
+        ranked = len({s["rank"] for s in sites}) > 1  # a rank column where rows can repeat
+        rank_head = f"{'rank':>4} " if ranked else ""
+        lines.append(f"  {rank_head}{'count':>6} {'per step':>8} {'idle':>10}  call")
         for s in sites[:8]:
             where = " <- ".join(x for x in (s["op"], s["site"]) if x) or "(no call stack)"
             per_step = "n/a" if s["per_step"] is None else f"{s['per_step']:.1f}"
+            rank = f"{s['rank']:>4} " if ranked else ""
             lines.append(
-                f"  {s['count']:>6} {per_step:>8} {duration(s['idle_ns']):>10}"
+                f"  {rank}{s['count']:>6} {per_step:>8} {duration(s['idle_ns']):>10}"
                 f"  {printable(s['name'], 30)} in {printable(where, 80)}"
             )
     return lines

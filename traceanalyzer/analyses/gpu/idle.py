@@ -618,6 +618,10 @@ def sync_sites_summary(calls: pl.DataFrame, steps_per_rank: pl.DataFrame) -> pl.
     calls, then by rank, name, op and site).
 
     `steps_per_rank`: rank, steps (number of host steps).
+
+    A sync outside every step under no operator, on a rank with steps, is left out: it is
+    not the loop's (the profiler's own `cudaDeviceSynchronize` when it stops, or a
+    `torch.cuda.synchronize()` around the loop). A sync in a step is kept, stack or not.
     """
     return (
         calls.lazy()
@@ -632,6 +636,14 @@ def sync_sites_summary(calls: pl.DataFrame, steps_per_rank: pl.DataFrame) -> pl.
         .with_columns(
             per_step=pl.when(pl.col("steps_total") > 0).then(
                 pl.col("in_steps") / pl.col("steps_total")
+            )
+        )
+        .filter(
+            ~(
+                (pl.col("steps") == 0)
+                & pl.col("op").is_null()
+                & pl.col("site").is_null()
+                & (pl.col("steps_total") > 0)
             )
         )
         .drop("in_steps", "steps_total")

@@ -22,6 +22,7 @@ from markupsafe import Markup
 from traceanalyzer.analyses.gpu.idle import CAUSES
 from traceanalyzer.render import figures
 from traceanalyzer.render.base import script_json, static_text
+from traceanalyzer.render.kernel_names import short_names
 from traceanalyzer.render.markdown_html import markdown_html
 from traceanalyzer.render.ranks import HEADINGS as RANK_HEADINGS
 from traceanalyzer.render.ranks import cells as rank_cells
@@ -530,6 +531,7 @@ def page_context(report: Report) -> dict[str, Any]:
         "rank_cells": rank_cells,
         "rank_folded": folded_note,
         "name_width": NAME_WIDTH,
+        "top_names": short_names([k["name"] for k in r.kernels["top"]]),
         "css": Markup(static_text("report.css")),
         "script": Markup(script),
         "script_hash": f"sha256-{digest}",

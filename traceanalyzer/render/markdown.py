@@ -6,6 +6,7 @@ import re
 from typing import TextIO
 
 from traceanalyzer.render.grouping import group_findings, ranks_text
+from traceanalyzer.render.kernel_names import short_names
 from traceanalyzer.render.ranks import HEADINGS, cells, folded_note, rank_table
 from traceanalyzer.render.units import duration, percent, printable, saving_range_text
 from traceanalyzer.report import Report
@@ -110,9 +111,10 @@ class MarkdownRenderer:
             "| time | share | count | kernel |",
             "|---|---|---|---|",
         ]
-        for k in r.kernels["top"]:
+        shown = short_names([k["name"] for k in r.kernels["top"]])
+        for k, name in zip(r.kernels["top"], shown, strict=True):
             lines.append(
                 f"| {duration(k['total_ns'])} | {percent(k['share'])} | {k['count']} |"
-                f" {_code(k['name'], in_table=True)} |"
+                f" {_code(name, in_table=True)} |"
             )
         out.write("\n".join(lines) + "\n")

@@ -8,6 +8,7 @@ import textwrap
 from typing import TextIO
 
 from traceanalyzer.render.grouping import group_findings, ranks_text
+from traceanalyzer.render.kernel_names import short_names
 from traceanalyzer.render.ranks import HEADINGS, cells, folded_note, rank_table
 from traceanalyzer.render.units import (
     duration,
@@ -197,10 +198,11 @@ def _lines(r: Report, width: int = PLAIN_WIDTH) -> list[str]:
     )
     lines += ["", f"Top kernels by time ({k['count']} kernels, {duration(k['total_ns'])})"]
     lines.append(f"  {'time':>10} {'share':>8} {'count':>7}  name")
-    for t in k["top"]:
+    shown = short_names([t["name"] for t in k["top"]])
+    for t, name in zip(k["top"], shown, strict=True):
         lines.append(
             f"  {duration(t['total_ns']):>10} {percent(t['share']):>8} {t['count']:>7}"
-            f"  {printable(t['name'], max(24, min(NAME_WIDTH, width - 32)))}"
+            f"  {printable(name, max(24, min(NAME_WIDTH, width - 32)))}"
         )
     lines += ["", "Kernel durations"]
     for b in k["duration_histogram"]:

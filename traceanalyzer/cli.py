@@ -28,6 +28,7 @@ from traceanalyzer.render import RENDERERS
 from traceanalyzer.render.base import write_text_atomic
 from traceanalyzer.render.compare import render_html as render_compare_html
 from traceanalyzer.render.compare import render_text
+from traceanalyzer.render.terminal import batch_lines, plain_width
 from traceanalyzer.rules import ALL_RULES, BY_CODE
 from traceanalyzer.rules.rule_pages import rule_page
 from traceanalyzer.version import __version__
@@ -291,6 +292,7 @@ def batch(
         )
         table = write_summary(summary, out_dir, summary_format)
         failed = summary.filter(summary["error"].is_not_null())
+        click.echo("\n".join(batch_lines(summary, plain_width())))
         click.echo(f"{summary.height} runs, {failed.height} failed; summary: {table}")
         for run, error in failed.select("run", "error").iter_rows():
             click.echo(f"  failed: {run}: {error}", err=True)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import polars as pl
 import pytest
 from click.testing import CliRunner
 
@@ -218,6 +219,17 @@ def test_batch_and_compare_commands(tmp_path: Path) -> None:
     assert code == 1  # a run failed
     assert "2 runs, 1 failed" in out and "broken.json" in err
     assert (tmp_path / "out" / "summary.csv").is_file()
+    # the table: a line per run (verdict, step, saving, top finding), a failed run with why
+    table = out.splitlines()
+    assert table[0].split() == ["run", "verdict", "step", "saves", "top", "finding"]
+    (a,) = [line for line in table[1:-1] if line.split()[0].endswith("/a.json")]
+    (broken,) = [line for line in table[1:-1] if line.split()[0].endswith("broken.json")]
+    summary = pl.read_csv(tmp_path / "out" / "summary.csv")
+    row = summary.filter(pl.col("run") == a.split()[0]).row(0, named=True)
+    assert a.split()[1] == row["bound_by"] and str(row["top_diagnosis"])[:5] in a
+    assert "/step" in a and broken.split()[1] == "failed"
+    error = summary.filter(pl.col("run") == broken.split()[0])["error"][0]
+    assert "not valid JSON" in error and broken.split()[2].rstrip("…") in error
     code, out, _ = _run(
         "compare",
         str(tmp_path / "in" / "a.json"),

@@ -7,6 +7,8 @@ import re
 import textwrap
 from typing import TextIO
 
+import polars as pl
+
 from traceanalyzer.render.grouping import group_findings, ranks_text
 from traceanalyzer.render.kernel_names import short_names
 from traceanalyzer.render.ranks import HEADINGS, cells, folded_note, rank_table
@@ -491,4 +493,28 @@ def _critical_path_lines(r: Report) -> list[str]:
             f"  rank {c['rank']}: step time {duration(c['step_ns'] // c['steps'])}: {shares}"
             f" on the path{sampled}"
         )
+    return lines
+
+
+def batch_lines(summary: pl.DataFrame, width: int) -> list[str]:
+    """A batch's table (the summary's rows, in order): per run its verdict (what bounds it,
+    and the cause named first), its step time, what fixing its top finding saves and that
+    finding; a failed run says why (cut to the width: the whole reason follows on stderr).
+    `summary`: batch.SUMMARY_SCHEMA's frame."""
+    head = ["run", "verdict", "step", "saves", "top finding"]
+    rows = []
+    for r in summary.iter_rows(named=True):
+        if r["error"] is not None:
+            rows.append([r["run"], "failed", "", "", str(r["error"])])
+            continue
+        verdict = (r["bound_by"] or "-") + (f" ({r['cause']})" if r["cause"] else "")
+        per = "/step" if r["basis"] == "steps" else " (window)"
+        saves = duration(r["top_impact_ns"]) + per if r["top_impact_ns"] is not None else ""
+        step = duration(r["step_ns"]) if r["step_ns"] is not None else "-"
+        rows.append([r["run"], verdict, step, saves, r["top_diagnosis"] or "no finding"])
+    widths = [max(len(x[i]) for x in [head, *rows]) for i in range(len(head) - 1)]
+    lines = []
+    for x in [head, *rows]:
+        lead = "  " + "  ".join(c.ljust(w) for c, w in zip(x[:-1], widths, strict=False)) + "  "
+        lines.append(lead + printable(x[-1], max(20, width - len(lead))))
     return lines

@@ -4,6 +4,10 @@ events: no traceanalyzer code, no torch. tests/data/gpu/README.md quotes what th
 usage: python3 pitfall_signatures.py TRACE.json.gz [...]   (prints one JSON object per trace)
        python3 pitfall_signatures.py --zero-grad-copies TRACE.json.gz [...]   (the zero_grad
        and host-copy signatures below, per step)
+       python3 pitfall_signatures.py --compile|--conv|--memory|--index TRACE.json.gz [...]
+       (the second set of pitfalls: compiled regions / cache lookups / compile ranges; conv
+       kernels, cuDNN autotuning, layout and batch-norm kernels; the allocator's [memory]
+       events; the kernels under index ops; each per step, see the functions at the end)
 
 Per ProfilerStep (events whose start lies in the step's host window):
 - allocator: cudaMalloc / cudaFree runtime calls (count, total ms);
@@ -288,7 +292,388 @@ def zero_grad_and_copies(path: str) -> dict:
     return {"trace": path.rsplit("/", 1)[-1], "per_step": res}
 
 
+# ---------------------------------------------------------------- the second set (pitfalls2)
+
+
+def load_all(path: str) -> list[dict]:
+    """Every event of the trace (X ranges, instant events such as [memory], flows, ...)."""
+    with gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb") as f:
+        return _loads(f.read())["traceEvents"]
+
+
+class _Trace:
+    """The events of one trace with its ProfilerStep windows, the GPU activities by
+    correlation id and, for each runtime call, the step it was made in (kernels belong to the
+    step of the runtime call that launched them)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.all = load_all(path)
+        self.ev = [e for e in self.all if e.get("ph") == "X"]
+        steps = sorted((e for e in self.ev if e.get("cat") == "user_annotation"
+                        and e["name"].startswith("ProfilerStep#")), key=lambda e: e["ts"])
+        self.windows = [(s["name"], s["ts"], s["ts"] + s["dur"]) for s in steps]
+        self.main_tid = steps[0]["tid"] if steps else None
+        self._starts = [w[1] for w in self.windows]
+        self.gpu_by_corr: dict = defaultdict(list)
+        self.rt_by_corr: dict = {}
+        for e in self.ev:
+            c = (e.get("args") or {}).get("correlation")
+            if c is None:
+                continue
+            if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+                self.gpu_by_corr[c].append(e)
+            elif e.get("cat") in RUNTIME_CATS:
+                self.rt_by_corr[c] = e
+
+    def step_of_ts(self, ts: float):
+        import bisect
+
+        i = bisect.bisect_right(self._starts, ts) - 1
+        if i >= 0 and ts < self.windows[i][2]:
+            return self.windows[i][0]
+        return None
+
+    def step_of(self, e: dict):
+        """The step of a host event; of a GPU activity: the step of its launching call."""
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+            rt = self.rt_by_corr.get((e.get("args") or {}).get("correlation"))
+            return self.step_of_ts(rt["ts"]) if rt else None
+        return self.step_of_ts(e["ts"])
+
+    def enclosing(self, keep) -> dict:
+        """id(e) -> the host ranges (cpu_op, user_annotation) around e on its thread, outermost
+        first, ProfilerStep ranges left out; for every e with keep(e)."""
+        by_tid = defaultdict(list)
+        for e in self.ev:
+            if e.get("cat") in HOST_CATS or keep(e):
+                by_tid[e["tid"]].append(e)
+        out = {}
+        for es in by_tid.values():
+            es.sort(key=lambda e: (e["ts"], -e["dur"]))
+            stack: list[dict] = []
+            for e in es:
+                while stack and stack[-1]["ts"] + stack[-1]["dur"] <= e["ts"]:
+                    stack.pop()
+                if keep(e):
+                    out[id(e)] = [p for p in stack if not p["name"].startswith("ProfilerStep#")]
+                if e.get("cat") in HOST_CATS:
+                    stack.append(e)
+        return out
+
+
+def _ms(us: float) -> float:
+    return round(us / 1e3, 3)
+
+
+def _minmax_mean(v: list) -> dict:
+    if not v:
+        return {"n": 0}
+    return {"n": len(v), "mean": round(sum(v) / len(v), 2), "min": min(v), "max": max(v)}
+
+
+#: compile work (dynamo tracing, AOT autograd, inductor lowering/codegen, autotuning): the
+#: dynamo_timed families as torch.profiler records them
+COMPILE_WORK = re.compile(
+    r"\(dynamo_timed\)$|^entire_(frame|backward)_compile$|^dynamo$|^inductor_compile$"
+    r"|^backend_compile$|^compile_attempt_\d+$|^_compile\.|^compile_fx|^bytecode_tracing$"
+    r"|^aot_|^create_aot|^GraphLowering|^Scheduler\.|^async_compile|^CachingAutotuner"
+    r"|^pass\.|^fx_codegen_and_compile$|^code_gen$|^PyCodeCache|^TritonBundler"
+    r"|^min_cut_rematerialization_partition$|^additional_fake_tensor_prop$"
+    r"|^_recursive_(pre|post|joint)_grad_passes$|^insert_deferred_runtime_asserts$")
+REGION = "Torch-Compiled Region"
+LOOKUP = "TorchDynamo Cache Lookup"
+TOP_COMPILE = ("entire_frame_compile", "entire_backward_compile")
+EAGER_OPS = ("aten::linear", "aten::layer_norm", "aten::embedding",
+             "aten::scaled_dot_product_attention")
+
+
+def compile_signature(path: str) -> dict:
+    """Per step: the `Torch-Compiled Region: F/G` ranges (count, ids = frame/compile id),
+    `TorchDynamo Cache Lookup` ranges (count, host ms), `CompiledFunction` /
+    `CompiledFunctionBackward` and `## Call CompiledFxGraph` ranges, the compile-work ranges
+    (COMPILE_WORK: count, distinct names, entire_frame_compile / entire_backward_compile ms),
+    graph-break related ranges, kernels (all, triton_*), and the ops that only an eager forward
+    records on the main thread (EAGER_OPS: aten::linear, aten::layer_norm, aten::embedding,
+    aten::scaled_dot_product_attention; a compiled graph calls addmm/mm and the attention
+    kernels' own ops directly) -- what tells a compiled step from an eager one."""
+    t = _Trace(path)
+    per = {n: {"host_ms": _ms(hi - lo), "regions": Counter(), "lookups": [0, 0.0],
+               "compiled_function": Counter(), "fx_graph_calls": 0, "compile_work": Counter(),
+               "top_compile_ms": Counter(), "kernels": 0, "triton_kernels": 0,
+               "gemm_main": Counter(), "graph_break_ranges": Counter()}
+           for n, lo, hi in t.windows}
+    for e in t.ev:
+        cat, name = e.get("cat"), e["name"]
+        if cat == "kernel":
+            s = t.step_of(e)
+            if s:
+                per[s]["kernels"] += 1
+                if name.startswith("triton_"):
+                    per[s]["triton_kernels"] += 1
+            continue
+        if cat not in HOST_CATS:
+            continue
+        s = t.step_of(e)
+        if not s or name.startswith("ProfilerStep#"):
+            continue
+        d = per[s]
+        if name.startswith(REGION):
+            d["regions"][name] += 1
+        elif name.startswith(LOOKUP):
+            d["lookups"][0] += 1
+            d["lookups"][1] += e["dur"]
+        elif name.startswith("CompiledFunction") or name.endswith("CompiledFunctionBackward"):
+            d["compiled_function"][name] += 1
+        elif name.startswith("## Call CompiledFxGraph"):
+            if cat == "user_annotation":
+                d["fx_graph_calls"] += 1
+        elif COMPILE_WORK.search(name):
+            d["compile_work"][name] += 1
+            if name in TOP_COMPILE:
+                d["top_compile_ms"][name] += e["dur"]
+        elif re.search(r"graph.?break", name, re.I):
+            d["graph_break_ranges"][name] += 1
+        if name in EAGER_OPS and e["tid"] == t.main_tid:
+            d["gemm_main"][name] += 1
+    res = {}
+    for n, d in per.items():
+        ids = sorted({k.split(": ", 1)[1] if ": " in k else k for k in d["regions"]},
+                     key=lambda x: [int(p) if p.isdigit() else p for p in re.split(r"[/:]", x)])
+        res[n] = {
+            "host_ms": d["host_ms"],
+            "compiled_regions": sum(d["regions"].values()),
+            "compiled_region_ids": ids,
+            "compiled_regions_by_name": dict(d["regions"]),
+            "cache_lookups": d["lookups"][0],
+            "cache_lookup_host_ms": _ms(d["lookups"][1]),
+            "compiled_function_ranges": dict(d["compiled_function"]),
+            "call_compiled_fx_graph": d["fx_graph_calls"],
+            "compile_work_ranges": sum(d["compile_work"].values()),
+            "compile_work_distinct_names": len(d["compile_work"]),
+            "compile_work_top": dict(d["compile_work"].most_common(6)),
+            "entire_compile_ms": {k: _ms(v) for k, v in d["top_compile_ms"].items()},
+            "graph_break_ranges": dict(d["graph_break_ranges"]),
+            "kernels": d["kernels"],
+            "triton_kernels": d["triton_kernels"],
+            "eager_module_ops_main_thread": dict(sorted(d["gemm_main"].items())),
+        }
+    return {"trace": path.rsplit("/", 1)[-1], "per_step": res}
+
+
+CONV_OPS = ("aten::cudnn_convolution", "aten::convolution_backward",
+            "aten::cudnn_convolution_backward", "aten::cudnn_convolution_transpose",
+            "aten::miopen_convolution")
+RT_COUNTED = ("cudaMalloc", "cudaFree", "cudaStreamSynchronize", "cudaEventSynchronize",
+              "cudaDeviceSynchronize", "cudaMallocHost", "cudaHostAlloc", "cudaFreeHost")
+LAYOUT2 = re.compile(r"nchwToNhwc|nhwcToNchw|convertTensor|transpose|permute", re.I)
+BATCHNORM = re.compile(r"batch_?norm|(?:^|[^a-z])bn_|bn_fw|bn_bw", re.I)
+#: convolution kernels whose (mangled) template names contain "permute"/"transpose": not layout
+CONV_KERNEL = re.compile(r"implicit_?gemm|xmma|cutlass", re.I)
+
+
+def conv_signature(path: str) -> dict:
+    """Per step: the conv ops (aten::cudnn_convolution, aten::convolution_backward, ...): how
+    many, the kernels each instance launched (by correlation from the runtime calls inside it
+    on its thread: mean and max per instance, total, GPU ms), the distinct kernel names under
+    them; runtime calls cudaMalloc / cudaFree / cudaStreamSynchronize / cudaEventSynchronize /
+    cudaDeviceSynchronize (count, ms, the op they sit under); host ranges named *cudnn* (other
+    than the conv ops); the 8 most frequent runtime calls; layout kernels (LAYOUT2; and
+    without the conv kernels whose mangled names hold "permute", CONV_KERNEL) and batch-norm
+    kernels (BATCHNORM): count, GPU ms, by name; all kernels: count and GPU ms."""
+    t = _Trace(path)
+    is_rt = lambda e: e.get("cat") in RUNTIME_CATS  # noqa: E731
+    chains = t.enclosing(is_rt)
+    per = {n: {"host_ms": _ms(hi - lo), "conv_inst": defaultdict(lambda: [0, 0.0, None]),
+               "conv_kernel_names": Counter(), "rt": defaultdict(lambda: [0, 0.0]),
+               "rt_parent": Counter(), "cudnn_ranges": Counter(), "rt_all": Counter(),
+               "layout": defaultdict(lambda: [0, 0.0]), "bn": defaultdict(lambda: [0, 0.0]),
+               "layout_nc": defaultdict(lambda: [0, 0.0]),
+               "kern": [0, 0.0]}
+           for n, lo, hi in t.windows}
+    all_conv_names: Counter = Counter()
+    for e in t.ev:
+        cat, name = e.get("cat"), e["name"]
+        s = t.step_of(e)
+        if s is None:
+            continue
+        d = per[s]
+        if cat == "kernel":
+            d["kern"][0] += 1
+            d["kern"][1] += e["dur"]
+            for pat, key in ((LAYOUT2, "layout"), (BATCHNORM, "bn"), (LAYOUT2, "layout_nc")):
+                if pat.search(name) and not (key == "layout_nc" and CONV_KERNEL.search(name)):
+                    r = d[key][name[:140]]
+                    r[0] += 1
+                    r[1] += e["dur"]
+        elif cat in HOST_CATS:
+            if "cudnn" in name.lower() and name not in CONV_OPS:
+                d["cudnn_ranges"][name[:120]] += 1
+            if name in CONV_OPS:
+                d["conv_inst"][id(e)][2] = name
+        elif cat in RUNTIME_CATS:
+            d["rt_all"][name] += 1
+            chain = chains.get(id(e), [])
+            if name in RT_COUNTED:
+                r = d["rt"][name]
+                r[0] += 1
+                r[1] += e["dur"]
+                par = next((p["name"] for p in reversed(chain) if p["name"] in CONV_OPS),
+                           chain[-1]["name"] if chain else None)
+                d["rt_parent"][f"{name} < {par}"] += 1
+            conv = next((p for p in reversed(chain) if p["name"] in CONV_OPS), None)
+            if conv is not None:
+                inst = d["conv_inst"][id(conv)]
+                inst[2] = conv["name"]
+                for k in t.gpu_by_corr.get((e.get("args") or {}).get("correlation"), []):
+                    if k.get("cat") == "kernel":
+                        inst[0] += 1
+                        inst[1] += k["dur"]
+                        d["conv_kernel_names"][k["name"][:140]] += 1
+                        all_conv_names[k["name"][:140]] += 1
+
+    def table(v: dict) -> dict:
+        return {"count": sum(x[0] for x in v.values()),
+                "gpu_ms": _ms(sum(x[1] for x in v.values())),
+                "by_name": {k: {"count": x[0], "gpu_ms": _ms(x[1])}
+                            for k, x in sorted(v.items(), key=lambda kv: -kv[1][1])[:8]}}
+
+    res = {}
+    for n, d in per.items():
+        by_op: dict = defaultdict(list)
+        ms_op: dict = defaultdict(float)
+        for cnt, dur, opname in d["conv_inst"].values():
+            by_op[opname].append(cnt)
+            ms_op[opname] += dur
+        res[n] = {
+            "host_ms": d["host_ms"],
+            "kernels": d["kern"][0],
+            "kernel_gpu_ms": _ms(d["kern"][1]),
+            "conv_ops": {op: dict(_minmax_mean(v), kernels=sum(v), gpu_ms=_ms(ms_op[op]))
+                         for op, v in sorted(by_op.items())},
+            "conv_kernel_distinct_names": len(d["conv_kernel_names"]),
+            "conv_kernel_top": dict(d["conv_kernel_names"].most_common(6)),
+            "runtime": {k: {"count": v[0], "ms": _ms(v[1])} for k, v in sorted(d["rt"].items())},
+            "runtime_under": dict(d["rt_parent"].most_common(8)),
+            "runtime_top": dict(d["rt_all"].most_common(8)),
+            "cudnn_named_host_ranges": dict(d["cudnn_ranges"].most_common(10)),
+            "layout_kernels": table(d["layout"]),
+            "layout_kernels_not_conv": table(d["layout_nc"]),
+            "batch_norm_kernels": table(d["bn"]),
+        }
+    return {"trace": path.rsplit("/", 1)[-1], "per_step": res,
+            "conv_kernel_distinct_names_all_steps": len(all_conv_names)}
+
+
+def memory_signature(path: str) -> dict:
+    """Per step (by timestamp): the `[memory]` instant events that profile_memory=True writes
+    (ph "i"; args Addr, Bytes, Total Allocated, Total Reserved, Device Type, Device Id):
+    count (all; device ones = Device Type 1), allocations (Bytes > 0) and frees, and for the
+    device ones min/max of Total Allocated and Total Reserved (MiB)."""
+    t = _Trace(path)
+    per = {n: {"n": 0, "dev": 0, "alloc": 0, "free": 0, "bytes_alloc": 0,
+               "ta": [], "tr": [], "dtypes": Counter()} for n, _, _ in t.windows}
+    outside = 0
+    for e in t.all:
+        if e.get("name") != "[memory]":
+            continue
+        s = t.step_of_ts(e["ts"])
+        if s is None:
+            outside += 1
+            continue
+        a = e.get("args") or {}
+        d = per[s]
+        d["n"] += 1
+        d["dtypes"][str(a.get("Device Type"))] += 1
+        b = a.get("Bytes", 0) or 0
+        if b > 0:
+            d["alloc"] += 1
+            d["bytes_alloc"] += b
+        elif b < 0:
+            d["free"] += 1
+        if a.get("Device Type") == 1:
+            d["dev"] += 1
+            if "Total Allocated" in a:
+                d["ta"].append(a["Total Allocated"])
+            if "Total Reserved" in a:
+                d["tr"].append(a["Total Reserved"])
+    mib = lambda v: round(v / 2**20, 1)  # noqa: E731
+    res = {}
+    for n, d in per.items():
+        res[n] = {"memory_events": d["n"], "device_memory_events": d["dev"],
+                  "by_device_type": dict(d["dtypes"]), "allocs": d["alloc"], "frees": d["free"],
+                  "bytes_allocated_mib": mib(d["bytes_alloc"]),
+                  "total_allocated_mib": {"min": mib(min(d["ta"])), "max": mib(max(d["ta"]))}
+                  if d["ta"] else None,
+                  "total_reserved_mib": {"min": mib(min(d["tr"])), "max": mib(max(d["tr"]))}
+                  if d["tr"] else None}
+    sample = next((e for e in t.all if e.get("name") == "[memory]"), None)
+    return {"trace": path.rsplit("/", 1)[-1], "per_step": res,
+            "memory_events_outside_steps": outside, "sample_event": sample}
+
+
+INDEX_OPS = re.compile(r"^aten::(index_add_?|index|index_put_?|_index_put_impl_|sort|"
+                       r"index_select|gather|scatter_add_?|_unsafe_index_put|"
+                       r"index_reduce_?|scatter_)$")
+
+
+def index_signature(path: str, pattern: re.Pattern = INDEX_OPS) -> dict:
+    """Per step: the kernels launched under ops matching pattern, keyed by the chain of
+    matching ops around the launch (outermost first, e.g. `aten::index_add_ > aten::index_put_
+    > aten::_index_put_impl_ > aten::sort`), with the thread (main / other) and the nearest
+    autograd node: kernel names, count, GPU ms; plus the matching ops' counts."""
+    t = _Trace(path)
+    is_rt = lambda e: e.get("cat") in RUNTIME_CATS  # noqa: E731
+    chains = t.enclosing(is_rt)
+    per = {n: {"host_ms": _ms(hi - lo), "ops": Counter(),
+               "k": defaultdict(lambda: defaultdict(lambda: [0, 0.0])),
+               "kern": [0, 0.0]} for n, lo, hi in t.windows}
+    for e in t.ev:
+        cat, name = e.get("cat"), e["name"]
+        s = t.step_of(e)
+        if s is None:
+            continue
+        d = per[s]
+        if cat == "kernel":
+            d["kern"][0] += 1
+            d["kern"][1] += e["dur"]
+        elif cat == "cpu_op" and pattern.search(name):
+            d["ops"][f"{name} @{'main' if e['tid'] == t.main_tid else 'other'}"] += 1
+        elif cat in RUNTIME_CATS:
+            chain = chains.get(id(e), [])
+            m = [p["name"] for p in chain if pattern.search(p["name"])]
+            if not m:
+                continue
+            node = next((p["name"] for p in reversed(chain)
+                         if p["name"].endswith("Backward0") and "evaluate_function" not in
+                         p["name"]), None)
+            key = (" > ".join(m) + f" @{'main' if e['tid'] == t.main_tid else 'other'}"
+                   + (f" [{node}]" if node else ""))
+            for k in t.gpu_by_corr.get((e.get("args") or {}).get("correlation"), []):
+                if k.get("cat") == "kernel":
+                    r = d["k"][key][k["name"][:140]]
+                    r[0] += 1
+                    r[1] += k["dur"]
+    res = {}
+    for n, d in per.items():
+        res[n] = {"host_ms": d["host_ms"], "kernels": d["kern"][0],
+                  "kernel_gpu_ms": _ms(d["kern"][1]), "ops": dict(sorted(d["ops"].items())),
+                  "kernels_under": {
+                      key: {"count": sum(x[0] for x in v.values()),
+                            "gpu_ms": _ms(sum(x[1] for x in v.values())),
+                            "by_name": {k: {"count": x[0], "gpu_ms": _ms(x[1])}
+                                        for k, x in sorted(v.items(),
+                                                           key=lambda kv: -kv[1][1])[:6]}}
+                      for key, v in sorted(d["k"].items())}}
+    return {"trace": path.rsplit("/", 1)[-1], "per_step": res}
+
 if __name__ == "__main__":
+    _MODES = {"--compile": compile_signature, "--conv": conv_signature,
+              "--memory": memory_signature, "--index": index_signature}
+    if sys.argv[1:2] and sys.argv[1] in _MODES:
+        for p in sys.argv[2:]:
+            print(json.dumps(_MODES[sys.argv[1]](p), sort_keys=True))
+        sys.exit(0)
     if sys.argv[1:2] == ["--zero-grad-copies"]:
         for p in sys.argv[2:]:
             print(json.dumps(zero_grad_and_copies(p), sort_keys=True))

@@ -60,6 +60,67 @@ Scenarios (the one profiled is the name; "fix" = what is timed beside it):
                            "eval/logging" block: a no_grad forward on a held-out batch, its loss
                            and the training loss read by .item(), and time.sleep(0.015).
                            Profiled active=6 (ProfilerStep#3..#8). Fix: no such block.
+
+The second set (pitfalls2; `run_pitfalls.sh` with SCENARIOS=pitfalls2a / pitfalls2b):
+  recompile_limit_hit      the recompile_every_step model (RC_CFG: 2 layers, width 512, batch 8;
+                           a forward code object of its own, GPTLimited) under
+                           torch.compile(dynamic=False) with torch._dynamo.config.recompile_limit
+                           (and its alias cache_size_limit) = 4, a NEW length every step (multiples
+                           of 8: 512, 504, ..., 456 first, then the rest of 512..24 in a fixed
+                           shuffled order, each used once). 8 un-profiled steps, each synced and
+                           timed: 4 compile (entries 0/0..0/3), the 5th hits the limit and dynamo
+                           runs the frame eagerly from then on (RUN_ONLY: a cache lookup that
+                           misses, nothing compiled, nested frames too). Then the dynamic=True
+                           model (GPTDynamic) compiles on 3 new lengths, the never-compiled GPT
+                           takes 1 step, and 2 interleaved rounds time pitfall (the fallen-back
+                           model), fixed (dynamic=True) and eager (fact eager_step_ms), each
+                           1 warm-up + 4 steps, every step a length new to the process (cuDNN's
+                           SDPA plans are built per new shape in all three); then one round each
+                           on the same lengths again (seen_lengths_step_ms). Profiled last:
+                           1 un-profiled + wait=1, warmup=2, active=4, new lengths. torch's
+                           "recompiles" log is on (stderr: the guard failures, the limit warning).
+  graph_breaks_per_step    the GPT (GPT_CFG, bf16 autocast, AdamW fused) under torch.compile
+                           (default mode) with every block a BreakBlock: common.Block's forward
+                           with torch._dynamo.graph_break() between the attention residual and
+                           the MLP (the class swapped after construction: same weights as the
+                           fixed model). Fix: the same model compiled without breaks. Both
+                           compiled and warmed up (3 steps each) before 3 interleaved rounds.
+  graph_breaks_none        the twin: only the model without breaks, compiled, timed, profiled.
+  cudnn_benchmark_new_shapes  ResNet-18 (torchvision's if importable, else the same net written
+                           here: basic blocks 2-2-2-2), batch 32, bf16 autocast, channels_last
+                           (model and input), SGD momentum 0.9, torch.backends.cudnn.benchmark
+                           =True and a NEW square input resolution every step (160, 168, 176, ...,
+                           224 skipped; a fresh randn batch per step). Fix: benchmark=False with
+                           new resolutions of its own (164, 172, ...: cuDNN's plan cache is keyed
+                           by shape, not by the flag). Also timed: benchmark=True on one fixed
+                           resolution 224 (fact fixed_shape_benchmark_step_ms). 2 interleaved
+                           rounds (1 warm-up + 3 new-shape steps; 3 + 20 at 224), then 3 steps
+                           of each new-shape variant with a sync around each. Profiled:
+                           benchmark on, new resolutions.
+  cudnn_nobenchmark_new_shapes  the twin (a process of its own): benchmark=False on new
+                           resolutions 160, 168, ... (timed and profiled) and on 224 (fact
+                           fixed_shape_nobenchmark_step_ms).
+  conv18_nchw_bf16         ResNet-18 as above, batch 128 x 3 x 224 x 224, bf16 autocast, NCHW,
+                           SGD momentum, cudnn.benchmark default (False). Fix: channels_last
+                           model and input.
+  conv18_channels_last_bf16  the channels_last run (twin), profiled.
+  conv18_nchw_fp32_notf32  the same ResNet-18 NCHW in FP32 (no autocast), batch 64, with
+                           torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32
+                           = False. Fix: channels_last, still FP32 without TF32.
+  empty_cache_memory_profiled, allocator_steady_memory_profiled  empty_cache_every_step and
+                           allocator_steady again (the same timing), profiled with
+                           profile_memory=True as well ("[memory]" instant events in the trace).
+  deterministic_index_add  a message-passing layer: node features x (200,000 x 256 fp32, a
+                           parameter), W (256 x 256), 2,000,000 random edges (src, dst) made on
+                           the GPU up front; out = zeros_like(x).index_add_(0, dst, x[src] @ W),
+                           loss = out.float().square().mean(), backward, SGD(lr=0.1) over x and
+                           W. Pitfall: torch.use_deterministic_algorithms(True) around the loop
+                           (CUBLAS_WORKSPACE_CONFIG=:4096:8 set before torch is imported, in this
+                           process only). Fix: off.
+  deterministic_off_index_add  the twin: the same process and timing, profiled with
+                           deterministic algorithms off (added in a third command).
+Each of these prints, after its trace, the matching pitfall_signatures.py function's result
+(compile_signature, conv_signature, memory_signature, index_signature) as a FACT.
 """
 
 from __future__ import annotations
@@ -73,6 +134,10 @@ import re
 import statistics
 import sys
 import time
+
+if sys.argv[1:2] in (["deterministic_index_add"], ["deterministic_off_index_add"]):
+    # cuBLAS needs a fixed workspace for deterministic GEMMs; read when CUDA starts
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 import common as C
 import torch
@@ -179,9 +244,11 @@ def truth(scenario: str, res: dict, pitfall: str = "pitfall", fixed: str = "fixe
 # ---------------------------------------------------------------- profiling
 
 
-def profile_run(scenario, out_dir, step, unprofiled=2, wait=1, warmup=2, active=4, ctx=None):
+def profile_run(scenario, out_dir, step, unprofiled=2, wait=1, warmup=2, active=4, ctx=None,
+                prof_kw=None):
     """Un-profiled warm-up steps, then the profiled schedule; step(i) gets the profiler step
-    index i (ProfilerStep#i). Prints the profiled step times and trace facts."""
+    index i (ProfilerStep#i). Prints the profiled step times and trace facts. prof_kw: more
+    keyword arguments of torch.profiler.profile (profile_memory=True)."""
     path = os.path.join(out_dir, scenario + ".json.gz")
     ctx = ctx or contextlib.nullcontext
     n = wait + warmup + active
@@ -191,7 +258,7 @@ def profile_run(scenario, out_dir, step, unprofiled=2, wait=1, warmup=2, active=
         for i in range(unprofiled):
             step(-unprofiled + i)
         sync()
-        with C.make_profiler(path, wait, warmup, active) as prof:
+        with C.make_profiler(path, wait, warmup, active, **(prof_kw or {})) as prof:
             for i in range(n):
                 if DEV == "cuda":
                     e = torch.cuda.Event(enable_timing=True)
@@ -210,6 +277,7 @@ def profile_run(scenario, out_dir, step, unprofiled=2, wait=1, warmup=2, active=
         scenario=scenario,
         profiled=True,
         schedule=dict(wait=wait, warmup=warmup, active=active, unprofiled_warmup=unprofiled),
+        profiler_kw=dict(record_shapes=True, **(prof_kw or {})),
         profiled_step_labels=[C.label(i, wait, warmup, active) for i in range(n)],
         profiled_step_ms_host_wall=[round((host[i + 1] - host[i]) * 1e3, 3) for i in range(n)],
     )
@@ -359,6 +427,8 @@ def sc_allocator(scenario: str, out: str) -> None:
         if DEV == "cuda":
             torch.cuda.empty_cache()
 
+    mem = scenario.endswith("_memory_profiled")  # the pitfalls2 twins: profile_memory=True
+
     res = timed_rounds(scenario, {"pitfall": (churn, None), "fixed": (plain, None)})
     truth(scenario, res, what_pitfall="torch.cuda.empty_cache() after every step",
           what_fixed="no empty_cache")
@@ -377,7 +447,10 @@ def sc_allocator(scenario: str, out: str) -> None:
             fact(scenario=scenario, variant=name, allocator_stats_per_step={
                 k: (s1.get(k, 0) - s0.get(k, 0)) / 10 for k in keys},
                  reserved_mib_after=round(torch.cuda.memory_reserved() / 2**20, 1))
-    profile_run(scenario, out, churn if scenario == "empty_cache_every_step" else plain)
+    path = profile_run(scenario, out, churn if scenario.startswith("empty_cache") else plain,
+                       prof_kw=dict(profile_memory=True) if mem else None)
+    if mem:
+        sig_fact(scenario, "memory_signature", path)
 
 
 def sc_anomaly(scenario: str, out: str) -> None:
@@ -630,30 +703,41 @@ def sc_host_tensor(scenario: str, out: str) -> None:
 # --- torch.compile
 
 
-def dynamo_counts() -> dict:
+def dynamo_counts(keys=("stats", "frames")) -> dict:
+    """torch._dynamo.utils.counters: the groups named (keys=None: every group; the keys of a
+    group, e.g. graph-break reasons, cut to 240 characters)."""
     try:
         from torch._dynamo.utils import counters
 
-        return {k: dict(counters[k]) for k in ("stats", "frames") if k in counters}
+        keys = list(counters) if keys is None else keys
+        return {k: {str(kk)[:240]: vv for kk, vv in counters[k].items()}
+                for k in keys if k in counters}
     except Exception as e:
         return {"error": repr(e)}
 
 
-def set_recompile_limit(scenario: str) -> None:
+def set_recompile_limit(scenario: str, limit: int = RECOMPILE_LIMIT) -> None:
     import torch._dynamo as dynamo
 
     set_ = {}
-    for name in ("recompile_limit", "cache_size_limit"):
-        if hasattr(dynamo.config, name):
-            setattr(dynamo.config, name, RECOMPILE_LIMIT)
-            set_[name] = getattr(dynamo.config, name)
+    names = [n for n in ("recompile_limit", "cache_size_limit") if hasattr(dynamo.config, n)]
+    for name in names:  # read both before setting either (cache_size_limit is an alias)
+        set_[name + "_default"] = getattr(dynamo.config, name)
+    for name in names:
+        setattr(dynamo.config, name, limit)
+        set_[name] = getattr(dynamo.config, name)
     if hasattr(dynamo.config, "accumulated_recompile_limit"):
         dynamo.config.accumulated_recompile_limit = max(
-            dynamo.config.accumulated_recompile_limit, 4 * RECOMPILE_LIMIT)
+            dynamo.config.accumulated_recompile_limit, 4 * limit)
         set_["accumulated_recompile_limit"] = dynamo.config.accumulated_recompile_limit
+    for name in ("fail_on_recompile_limit_hit", "automatic_dynamic_shapes"):
+        if hasattr(dynamo.config, name):
+            set_[name + " (left as is)"] = getattr(dynamo.config, name)
     fact(scenario=scenario, dynamo_config_set=set_,
          note="recompile_limit raised from its default (8) so that every profiled step still "
-         "recompiles instead of falling back to eager")
+         "recompiles instead of falling back to eager" if limit > 8 else
+         f"recompile_limit lowered to {limit}: the frame falls back to eager once it has "
+         f"{limit} compiled entries and a new length comes")
 
 
 class Lengths:
@@ -970,6 +1054,560 @@ def sc_dynamic_lengths(scenario: str, out: str) -> None:
          dynamo_after=dynamo_counts())
 
 
+# ================================================================ the second set (pitfalls2)
+
+
+def sig_fact(scenario: str, fn_name: str, path: str) -> None:
+    """pitfall_signatures.<fn_name>(path) as a FACT (plain loops over the trace, no torch)."""
+    try:
+        import pitfall_signatures as PS
+
+        fact(scenario=scenario, **{fn_name: getattr(PS, fn_name)(path)})
+    except Exception as e:
+        fact(scenario=scenario, **{fn_name + "_error": repr(e)})
+
+
+def _each_synced(step, n: int, after=None) -> tuple[list[float], list]:
+    """ms of each of n steps (a sync before and after each) and after() read after each."""
+    ms, extra = [], []
+    for i in range(n):
+        sync()
+        t0 = time.perf_counter()
+        step(i)
+        sync()
+        ms.append(round((time.perf_counter() - t0) * 1e3, 3))
+        if after is not None:
+            extra.append(after())
+    return ms, extra
+
+
+# --- recompile_limit_hit
+
+RECOMPILE_LIMIT_HIT = 4
+LIMIT_STEPS = 8  # un-profiled new-length steps: 4 compiles, then 4 past the limit
+
+
+class GPTLimited(C.GPT):
+    """A forward code object of its own: the frame whose cache fills up."""
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.trunk(self.embed(idx))
+
+
+class LengthPool:
+    """Each call: a sequence length not handed out before in this process (multiples of
+    RC_STRIDE from RC_SEQ down to 3 * RC_STRIDE: 512, 504, ..., 24, 62 lengths; DRY: every
+    length 64..3). The first `ordered` in decreasing order, the rest in a fixed shuffled order
+    (so that the variants timed in turn get lengths of the same mix)."""
+
+    def __init__(self, ordered: int) -> None:
+        import random
+
+        s = 1 if DRY else RC_STRIDE
+        pool = list(range(RC_SEQ, 3 * s - 1, -s))
+        rest = pool[ordered:]
+        random.Random(5).shuffle(rest)
+        self.order = pool[:ordered] + rest
+        self.k = 0
+        self.reused = 0
+
+    def __call__(self) -> int:
+        if self.k >= len(self.order):
+            self.reused += 1
+        t = self.order[self.k % len(self.order)]
+        self.k += 1
+        return t
+
+
+def sc_recompile_limit(scenario: str, out: str) -> None:
+    """The recompile_every_step model under torch.compile(dynamic=False) with
+    recompile_limit = 4, a new length every step: 4 compiled entries, then the frame falls
+    back to eager (dynamo's RUN_ONLY: cache lookup, no compile, nested frames too)."""
+    import itertools
+
+    set_recompile_limit(scenario, RECOMPILE_LIMIT_HIT)
+    with contextlib.suppress(Exception):
+        torch._logging.set_logs(recompiles=True)  # the reasons and the limit warning, to stderr
+    fact(scenario=scenario, compile_threads=os.environ.get("TORCHINDUCTOR_COMPILE_THREADS"),
+         rc_model=dict(RC_CFG, batch=RC_BATCH, max_len=RC_SEQ, len_stride=RC_STRIDE))
+    g = torch.Generator(device=DEV)
+    g.manual_seed(99)
+    V = RC_CFG["vocab"]
+
+    def batch_of(t):
+        d = torch.randint(0, V, (RC_BATCH, t + 1), device=DEV, generator=g)
+        return d[:, :-1].contiguous(), d[:, 1:].contiguous()
+
+    pool = LengthPool(ordered=LIMIT_STEPS)
+    st_model, st_opt = gpt(GPTLimited, RC_CFG)
+    st_c = torch.compile(st_model, dynamic=False, **COMPILE_KW)
+    dyn_model, dyn_opt = gpt(GPTDynamic, RC_CFG)
+    dyn_c = torch.compile(dyn_model, dynamic=True, **COMPILE_KW)
+    eager, eager_opt = gpt(C.GPT, RC_CFG)
+    gpt_facts(scenario, st_model, RC_BATCH, RC_SEQ)  # seq: the longest length; they vary
+    runners = {"pitfall": (st_c, st_opt), "fixed": (dyn_c, dyn_opt), "eager": (eager, eager_opt)}
+    src = {k: pool for k in runners}  # where each variant's next length comes from
+    used: dict[str, list[int]] = {k: [] for k in runners}
+
+    def make_step(name):
+        m, o = runners[name]
+
+        def step(i):
+            t = src[name]()
+            used[name].append(t)
+            x, y = batch_of(t)
+            gpt_step(m, o, x, y)
+
+        return step
+
+    steps = {k: make_step(k) for k in runners}
+    t_proc = time.perf_counter()
+    # 1. the static model: 8 new lengths, each step synced: 4 compile, then the limit
+    ms, graphs = _each_synced(steps["pitfall"], LIMIT_STEPS, lambda: dynamo_counts(
+        ("stats",)).get("stats", {}).get("unique_graphs"))
+    fact(scenario=scenario, limit_phase_step_ms=ms, limit_phase_lengths=list(used["pitfall"]),
+         unique_graphs_after_each_step=graphs, dynamo_after_limit_phase=dynamo_counts(None))
+    # 2. the dynamic model's compile and warm-up (3 new lengths), one eager step
+    t0 = time.perf_counter()
+    for i in range(3):
+        steps["fixed"](i)
+    sync()
+    fact(scenario=scenario, dynamic_compile_and_3_steps_s=round(time.perf_counter() - t0, 2),
+         dynamic_lengths=list(used["fixed"]))
+    steps["eager"](0)
+    sync()
+    # 3. interleaved rounds, every step a length new to the process
+    slow = time.perf_counter() - t_proc > 150
+    rounds = 1 if slow else 2
+    n = 2 if DRY else 4
+    k0 = {k: len(v) for k, v in used.items()}
+    c0 = dynamo_counts(None)
+    res: dict[str, list[float]] = {k: [] for k in runners}
+    for _ in range(rounds):
+        for k in runners:
+            res[k].append(round(time_steps(steps[k], n, 1), 3))
+    timed = {k: used[k][k0[k]:] for k in runners}
+    c1 = dynamo_counts(None)
+    # 4. the same lengths again (seen by the process: cuDNN's SDPA plans cached), one round
+    seen = {}
+    for k in runners:
+        it = itertools.cycle(timed[k][-(n + 1):])
+        src[k] = lambda it=it: next(it)
+        seen[k] = round(time_steps(steps[k], n, 1), 3)
+        src[k] = pool
+    fact(scenario=scenario, timing_rounds_ms=res, steps_per_round=n, warmup_per_round=1,
+         lengths_timed=timed, seen_lengths_round_ms=seen, dynamo_before_timing=c0,
+         dynamo_after_timing=c1, lengths_reused_from_pool=pool.reused)
+    truth(scenario, res, what_pitfall="torch.compile(dynamic=False), recompile_limit=4 hit "
+          "(4 entries compiled for the first 4 lengths; then dynamo runs the frame eagerly), "
+          "a new sequence length every step",
+          what_fixed="torch.compile(dynamic=True), the same kind of new lengths",
+          eager_step_ms=round(statistics.mean(res["eager"]), 3), eager_rounds_ms=res["eager"],
+          what_eager="the same GPT, never compiled, the same kind of new lengths",
+          seen_lengths_step_ms=seen, batch=RC_BATCH,
+          mean_len_timed={k: statistics.mean(v) for k, v in timed.items()},
+          note="every timed step is a length new to the process; the cuDNN SDPA backend builds "
+          "a plan per new shape in all three variants (seen_lengths_step_ms: the same lengths "
+          "again)")
+    # 5. profile the fallen-back model, still new lengths
+    k1 = len(used["pitfall"])
+    path = profile_run(scenario, out, steps["pitfall"], unprofiled=1, active=4)
+    fact(scenario=scenario, lengths_profiled_run=used["pitfall"][k1:],
+         note_lengths="the first is the un-profiled step, then ProfilerStep#0..#6 (#3..#6 "
+         "recorded); every one a length not seen before",
+         dynamo_after_profile=dynamo_counts(None),
+         recompile_limit_now=getattr(torch._dynamo.config, "recompile_limit", None))
+    sig_fact(scenario, "compile_signature", path)
+
+
+# --- graph breaks
+
+
+class BreakBlock(C.Block):
+    """common.Block with torch._dynamo.graph_break() between the attention and the MLP (no sync,
+    nothing else: a pure break)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        qkv = self.qkv(self.ln1(x)).view(b, t, 3, self.h, c // self.h)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = y.transpose(1, 2).reshape(b, t, c)
+        x = x + self.proj(y)
+        torch._dynamo.graph_break()
+        x = x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+        return x
+
+
+class GPTBreaks(C.GPT):
+    """common.GPT whose blocks are BreakBlocks (the class swapped after construction, so the
+    weights are those of GPTNoBreaks built from the same seed)."""
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        for blk in self.blocks:
+            blk.__class__ = BreakBlock
+
+    def trunk(self, x: torch.Tensor) -> torch.Tensor:
+        for blk in self.blocks:
+            x = blk(x)
+        return self.head(self.ln_f(x))
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.trunk(self.embed(idx))
+
+
+class GPTNoBreaks(C.GPT):
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.trunk(self.embed(idx))
+
+
+def sc_graph_breaks(scenario: str, out: str) -> None:
+    """graph_breaks_per_step: both models compiled (default mode), warmed up, timed in
+    interleaved rounds; the broken one profiled. graph_breaks_none (twin): the model without
+    breaks only: compiled, timed, profiled."""
+    twin = scenario == "graph_breaks_none"
+    bs = token_batches(4, BATCH, SEQ, GPT_CFG["vocab"])
+    models = {}
+    if not twin:
+        models["pitfall"] = gpt(GPTBreaks)
+    models["fixed"] = gpt(GPTNoBreaks)
+    gpt_facts(scenario, models["fixed"][0], BATCH, SEQ)
+    compiled = {k: (torch.compile(m, **COMPILE_KW), o) for k, (m, o) in models.items()}
+
+    def make_step(k):
+        m, o = compiled[k]
+
+        def step(i):
+            x, y = bs[i % len(bs)]
+            gpt_step(m, o, x, y)
+
+        return step
+
+    steps = {k: make_step(k) for k in compiled}
+    for k in steps:
+        c0 = dynamo_counts(None)
+        t0 = time.perf_counter()
+        for i in range(3):
+            steps[k](i)
+        sync()
+        fact(scenario=scenario, variant=k, compile_and_3_steps_s=round(time.perf_counter() - t0, 2),
+             dynamo_before=c0, dynamo_after=dynamo_counts(None))
+    res = timed_rounds(scenario, {k: (s, None) for k, s in steps.items()})
+    counts = dynamo_counts(None)
+    if twin:
+        fact(scenario=scenario, truth=True, fixed_step_ms=round(statistics.mean(res["fixed"]), 3),
+             fixed_rounds_ms=res["fixed"], what="torch.compile(model) (default mode), no graph "
+             "break (the fixed variant of graph_breaks_per_step)", dynamo=counts)
+    else:
+        truth(scenario, res, what_pitfall="torch.compile(model) (default mode), every one of the "
+              "4 blocks calls torch._dynamo.graph_break() between attention and MLP",
+              what_fixed="the same model compiled without breaks",
+              dynamo_stats=counts.get("stats"), dynamo_graph_break=counts.get("graph_break"),
+              dynamo_frames=counts.get("frames"))
+    c0 = dynamo_counts(None)
+    path = profile_run(scenario, out, steps["fixed" if twin else "pitfall"])
+    fact(scenario=scenario, dynamo_before_profile=c0, dynamo_after_profile=dynamo_counts(None))
+    sig_fact(scenario, "compile_signature", path)
+
+
+# --- ResNet-18 (cudnn.benchmark with new shapes; layouts)
+
+if DRY:
+    R18_BENCH_BATCH, R18_BATCH, R18_FP32_BATCH, R18_HW, R18_CLASSES = 2, 2, 2, 32, 10
+    RES_START, RES_STRIDE = 32, 8
+else:
+    R18_BENCH_BATCH, R18_BATCH, R18_FP32_BATCH, R18_HW, R18_CLASSES = 32, 128, 64, 224, 1000
+    RES_START, RES_STRIDE = 160, 8
+
+
+def _own_resnet18(num_classes: int, width: int = 64, layers=(2, 2, 2, 2)) -> nn.Module:
+    class Basic(nn.Module):
+        def __init__(self, cin, cout, stride):
+            super().__init__()
+            self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(cout)
+            self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+            self.bn2 = nn.BatchNorm2d(cout)
+            self.down = None
+            if stride != 1 or cin != cout:
+                self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                          nn.BatchNorm2d(cout))
+
+        def forward(self, x):
+            idt = x if self.down is None else self.down(x)
+            out = F.relu(self.bn1(self.conv1(x)))
+            out = self.bn2(self.conv2(out))
+            return F.relu(out + idt)
+
+    mods = [nn.Conv2d(3, width, 7, 2, 3, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
+            nn.MaxPool2d(3, 2, 1)]
+    cin = width
+    for i, n in enumerate(layers):
+        cout = width * 2**i
+        for j in range(n):
+            mods.append(Basic(cin, cout, 2 if (j == 0 and i > 0) else 1))
+            cin = cout
+    mods += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, num_classes)]
+    return nn.Sequential(*mods)
+
+
+def resnet18(scenario: str, batch: int, image) -> nn.Module:
+    C.seed_all(0)
+    try:
+        if DRY:
+            raise ImportError("dry run: small net")
+        import torchvision
+
+        m = torchvision.models.resnet18(num_classes=R18_CLASSES)
+        src = f"torchvision {torchvision.__version__} models.resnet18"
+    except Exception as e:
+        m = _own_resnet18(R18_CLASSES, width=8 if DRY else 64)
+        src = f"pitfalls._own_resnet18 ({e!r})"
+    fact(scenario=scenario, conv_model=src, params=C.model_params(m), batch=batch, image=image,
+         classes=R18_CLASSES, optimizer="SGD(lr=0.1, momentum=0.9), foreach default",
+         cudnn_benchmark_default=bool(torch.backends.cudnn.benchmark),
+         cudnn_benchmark_limit=getattr(torch.backends.cudnn, "benchmark_limit", None),
+         cudnn_allow_tf32=bool(torch.backends.cudnn.allow_tf32),
+         matmul_allow_tf32=bool(torch.backends.cuda.matmul.allow_tf32))
+    return m.to(DEV)
+
+
+class ResPool:
+    """Square input resolutions start, start + RES_STRIDE, ... (160, 168, 176, ...), each handed
+    out once, skipping those in skip (the one-resolution variants' own, 224)."""
+
+    def __init__(self, start: int = RES_START, skip=()) -> None:
+        self.next = start
+        self.skip = set(skip)
+        self.given: list[int] = []
+
+    def __call__(self) -> int:
+        while self.next in self.skip:
+            self.next += RES_STRIDE
+        r = self.next
+        self.next += RES_STRIDE
+        self.given.append(r)
+        return r
+
+
+@contextlib.contextmanager
+def cudnn_benchmark(on: bool):
+    old = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = on
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.benchmark = old
+
+
+def sc_cudnn_benchmark(scenario: str, out: str) -> None:
+    """ResNet-18 training, bf16 autocast, channels_last, batch 32, SGD momentum. A new input
+    resolution every step (ResPool). cudnn_benchmark_new_shapes: benchmark=True (profiled) vs
+    False, and benchmark=True on one fixed resolution (224). cudnn_nobenchmark_new_shapes
+    (twin): benchmark=False on new resolutions (profiled) and on one fixed resolution.
+    cuDNN's plan cache is keyed by shape (not by the benchmark flag), so every variant's
+    shapes are its own: benchmark on 160, 168, 176, ... (224 skipped), benchmark off 164, 172,
+    180, ... in the same process; the twin (a process of its own) gets 160, 168, ... again."""
+    twin = scenario == "cudnn_nobenchmark_new_shapes"
+    B = R18_BENCH_BATCH
+    model = resnet18(scenario, B, "new square resolution every step").to(
+        memory_format=torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    g = torch.Generator(device=DEV)
+    g.manual_seed(7)
+    y = torch.randint(0, R18_CLASSES, (B,), device=DEV, generator=g)
+    x_fixed = torch.randn(B, 3, R18_HW, R18_HW, device=DEV, generator=g).contiguous(
+        memory_format=torch.channels_last)
+    pools = {"pitfall": ResPool(RES_START, skip=(R18_HW,)),
+             "fixed": ResPool(RES_START if twin else RES_START + RES_STRIDE // 2,
+                              skip=(R18_HW,))}
+    res_of: dict[str, list[int]] = {}
+
+    def train(x):
+        with torch.autocast(DEV, dtype=torch.bfloat16):
+            loss = F.cross_entropy(model(x).float(), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    def new_shape_step(name):
+        def step(i):
+            r = pools[name]()
+            res_of.setdefault(name, []).append(r)
+            x = torch.randn(B, 3, r, r, device=DEV, generator=g).contiguous(
+                memory_format=torch.channels_last)
+            train(x)
+
+        return step
+
+    def fixed_shape_step(i):
+        train(x_fixed)
+
+    bench_on = lambda: cudnn_benchmark(True)  # noqa: E731
+    bench_off = lambda: cudnn_benchmark(False)  # noqa: E731
+    n_new, w_new, r_new = (2, 1, 2) if DRY else (3, 1, 2)
+    if twin:
+        variants = {"fixed": (new_shape_step("fixed"), bench_off)}
+        one = {"fixed_shape_nobenchmark": (fixed_shape_step, bench_off)}
+    else:
+        variants = {"pitfall": (new_shape_step("pitfall"), bench_on),
+                    "fixed": (new_shape_step("fixed"), bench_off)}
+        one = {"fixed_shape_benchmark": (fixed_shape_step, bench_on)}
+    res: dict[str, list[float]] = {k: [] for k in list(variants) + list(one)}
+    t_proc = time.perf_counter()
+    for r in range(r_new):  # interleaved: new-shape variants, then the one-resolution one
+        if r and time.perf_counter() - t_proc > 60:
+            break  # benchmarking slower than planned: one round only
+        for k, (step, ctx) in variants.items():
+            res[k].append(round(time_steps(step, n_new, w_new, ctx), 3))
+        for k, (step, ctx) in one.items():
+            res[k].append(round(time_steps(step, N_STEPS, WARM, ctx), 3))
+    fact(scenario=scenario, timing_rounds_ms=res, new_shape_steps_per_round=n_new,
+         new_shape_warmup_per_round=w_new, fixed_shape_steps_per_round=N_STEPS,
+         fixed_shape_warmup_per_round=WARM, resolutions=res_of, fixed_resolution=R18_HW)
+    # per-step times of new shapes (synced each), benchmark on and off
+    per = {}
+    for k, (step, ctx) in variants.items():
+        if time.perf_counter() - t_proc > 75:
+            break
+        with ctx():
+            per[k] = _each_synced(step, 3)[0]
+    extra = {k + "_step_ms": round(statistics.mean(v), 3) for k, v in res.items()
+             if k not in ("pitfall", "fixed")}
+    extra.update({k + "_rounds_ms": v for k, v in res.items() if k not in ("pitfall", "fixed")})
+    mean_res = {k: statistics.mean(v) for k, v in res_of.items()}
+    if twin:
+        fact(scenario=scenario, truth=True, fixed_step_ms=round(statistics.mean(res["fixed"]), 3),
+             fixed_rounds_ms=res["fixed"], what="cudnn.benchmark=False, a new input resolution "
+             "every step (the fixed variant of cudnn_benchmark_new_shapes)",
+             synced_new_shape_step_ms=per, mean_resolution_timed=mean_res, **extra)
+    else:
+        truth(scenario, res, what_pitfall="cudnn.benchmark=True, a new input resolution every "
+              "step (every step's convolutions autotuned)",
+              what_fixed="cudnn.benchmark=False, a new input resolution every step",
+              synced_new_shape_step_ms=per, mean_resolution_timed=mean_res, **extra)
+    own = "fixed" if twin else "pitfall"
+    k1 = len(pools[own].given)
+    path = profile_run(scenario, out, variants[own][0], ctx=bench_off if twin else bench_on)
+    fact(scenario=scenario, resolutions_profiled_run=pools[own].given[k1:],
+         note_resolutions="the first 2 un-profiled, then ProfilerStep#0..#6 (#3..#6 recorded)",
+         cudnn_benchmark_in_profile=not twin)
+    sig_fact(scenario, "conv_signature", path)
+
+
+def _conv18_setup(scenario: str, batch: int, amp: bool):
+    """The NCHW and the channels_last ResNet-18 (same initial weights) and their steps."""
+    base = resnet18(scenario, batch, [3, R18_HW, R18_HW])
+    nchw = base
+    cl = copy.deepcopy(base).to(memory_format=torch.channels_last)
+    opts = {id(m): torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (nchw, cl)}
+    g = torch.Generator(device=DEV)
+    g.manual_seed(7)
+    x = torch.randn(batch, 3, R18_HW, R18_HW, device=DEV, generator=g)
+    y = torch.randint(0, R18_CLASSES, (batch,), device=DEV, generator=g)
+    x_cl = x.contiguous(memory_format=torch.channels_last)
+    ac = (lambda: torch.autocast(DEV, dtype=torch.bfloat16)) if amp else contextlib.nullcontext
+
+    def step(model, inp):
+        with ac():
+            loss = F.cross_entropy(model(inp).float(), y)
+        loss.backward()
+        opt = opts[id(model)]
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return (lambda i: step(nchw, x)), (lambda i: step(cl, x_cl))
+
+
+def sc_conv18(scenario: str, out: str) -> None:
+    """conv18_nchw_bf16 / conv18_channels_last_bf16: ResNet-18, batch 128, 224x224, bf16
+    autocast, NCHW vs channels_last (each profiles its own). conv18_nchw_fp32_notf32: FP32, no
+    autocast, cudnn.allow_tf32 = matmul.allow_tf32 = False, batch 64 (NCHW profiled)."""
+    fp32 = scenario == "conv18_nchw_fp32_notf32"
+    if fp32:
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+        prec = {}
+        for name, get in (("backends.fp32_precision", lambda: torch.backends.fp32_precision),
+                          ("cudnn.conv.fp32_precision",
+                           lambda: torch.backends.cudnn.conv.fp32_precision),
+                          ("cuda.matmul.fp32_precision",
+                           lambda: torch.backends.cuda.matmul.fp32_precision)):
+            with contextlib.suppress(Exception):
+                prec[name] = str(get())
+        fact(scenario=scenario, cudnn_allow_tf32=bool(torch.backends.cudnn.allow_tf32),
+             matmul_allow_tf32=bool(torch.backends.cuda.matmul.allow_tf32), fp32_precision=prec)
+    batch = R18_FP32_BATCH if fp32 else R18_BATCH
+    s_nchw, s_cl = _conv18_setup(scenario, batch, amp=not fp32)
+    res = timed_rounds(scenario, {"pitfall": (s_nchw, None), "fixed": (s_cl, None)})
+    what = ("ResNet-18 FP32, TF32 off (cudnn and matmul), NCHW" if fp32 else
+            "ResNet-18 bf16 autocast, NCHW (default memory format)")
+    truth(scenario, res, what_pitfall=what, batch=batch,
+          what_fixed="model.to(memory_format=torch.channels_last), input channels_last"
+          + (" (still FP32, no TF32)" if fp32 else ""))
+    path = profile_run(scenario, out, s_cl if scenario == "conv18_channels_last_bf16" else s_nchw)
+    sig_fact(scenario, "conv_signature", path)
+
+
+# --- deterministic algorithms on a scatter-add (message passing)
+
+if DRY:
+    MP_N, MP_E, MP_D = 1000, 10_000, 16
+else:
+    MP_N, MP_E, MP_D = 200_000, 2_000_000, 256
+
+
+@contextlib.contextmanager
+def deterministic(on: bool):
+    old = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(on)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(old)
+
+
+def sc_deterministic(scenario: str, out: str) -> None:
+    """A message-passing layer: node features x (N x D fp32, a parameter), E random edges
+    (src, dst; on the GPU up front), out = zeros_like(x).index_add_(0, dst, x[src] @ W),
+    loss = out.float().square().mean(), backward, SGD. Pitfall:
+    torch.use_deterministic_algorithms(True) (CUBLAS_WORKSPACE_CONFIG=:4096:8 set before torch
+    is imported); fixed: off. deterministic_off_index_add (twin): the same process, timed the
+    same way, profiled with deterministic algorithms off."""
+    C.seed_all(0)
+    g = torch.Generator(device=DEV)
+    g.manual_seed(3)
+    x = nn.Parameter(torch.randn(MP_N, MP_D, device=DEV, generator=g))
+    W = nn.Parameter(torch.randn(MP_D, MP_D, device=DEV, generator=g) / MP_D**0.5)
+    src = torch.randint(0, MP_N, (MP_E,), device=DEV, generator=g)
+    dst = torch.randint(0, MP_N, (MP_E,), device=DEV, generator=g)
+    opt = torch.optim.SGD([x, W], lr=0.1)
+    fact(scenario=scenario, nodes=MP_N, edges=MP_E, width=MP_D, dtype="float32",
+         cublas_workspace_config=os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+         matmul_allow_tf32=bool(torch.backends.cuda.matmul.allow_tf32),
+         fill_uninitialized_memory=getattr(getattr(torch.utils, "deterministic", None),
+                                           "fill_uninitialized_memory", None),
+         optimizer="SGD(lr=0.1) over x and W")
+
+    def step(i):
+        h = x[src] @ W
+        o = torch.zeros_like(x).index_add_(0, dst, h)
+        loss = o.float().square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    det = lambda: deterministic(True)  # noqa: E731
+    res = timed_rounds(scenario, {"pitfall": (step, det), "fixed": (step, None)})
+    truth(scenario, res, what_pitfall="torch.use_deterministic_algorithms(True) around the loop "
+          "(index_add_ and the backward of x[src] take the sort-based deterministic path)",
+          what_fixed="deterministic algorithms off (atomic adds)")
+    twin = scenario == "deterministic_off_index_add"
+    path = profile_run(scenario, out, step, ctx=None if twin else det)
+    sig_fact(scenario, "index_signature", path)
+
+
 SCENARIOS = {
     "empty_cache_every_step": sc_allocator,
     "allocator_steady": sc_allocator,
@@ -986,6 +1624,19 @@ SCENARIOS = {
     # timing only, no trace (the second recording command)
     "conv_timing": sc_conv_timing,
     "dynamic_lengths_timing": sc_dynamic_lengths,
+    # the second set (pitfalls2)
+    "recompile_limit_hit": sc_recompile_limit,
+    "graph_breaks_per_step": sc_graph_breaks,
+    "graph_breaks_none": sc_graph_breaks,
+    "cudnn_benchmark_new_shapes": sc_cudnn_benchmark,
+    "cudnn_nobenchmark_new_shapes": sc_cudnn_benchmark,
+    "conv18_nchw_bf16": sc_conv18,
+    "conv18_channels_last_bf16": sc_conv18,
+    "conv18_nchw_fp32_notf32": sc_conv18,
+    "empty_cache_memory_profiled": sc_allocator,
+    "allocator_steady_memory_profiled": sc_allocator,
+    "deterministic_index_add": sc_deterministic,
+    "deterministic_off_index_add": sc_deterministic,
 }
 
 

@@ -8,8 +8,16 @@
 #   compile_dynamic_shapes), P2.tar (recompile_every_step alone: its size is the least known),
 #   P3.tar (anomaly, item logging, checkpoint, slow steps, zero_grad_fill,
 #   host_tensor_every_step) or P4.tar (the convs).
-#   SCENARIOS="..." picks a subset (default: all those that write a trace, in this order;
-#   conv_timing and dynamic_lengths_timing only time, and run when named). DEADLINE_S (default 540):
+#   SCENARIOS="..." picks a subset (default: all those of the first set that write a trace, in
+#   this order; conv_timing and dynamic_lengths_timing only time, and run when named).
+#   SCENARIOS=pitfalls2 (or pitfalls2a / pitfalls2b: its compile+cuDNN and its conv/memory/
+#   determinism halves) runs the second set: recompile_limit_hit, graph_breaks_per_step,
+#   graph_breaks_none, cudnn_benchmark_new_shapes, cudnn_nobenchmark_new_shapes,
+#   conv18_nchw_bf16, conv18_channels_last_bf16, conv18_nchw_fp32_notf32,
+#   empty_cache_memory_profiled, allocator_steady_memory_profiled, deterministic_index_add
+#   (and, named alone, deterministic_off_index_add: the twin, profiled with it off);
+#   their traces go to P5.tar (compile), P6.tar (cuDNN, conv18) and P7.tar (memory,
+#   deterministic). DEADLINE_S (default 540):
 #   each scenario's timeout is cut so that the whole run ends by then; a scenario that would
 #   get under 20 s is skipped. A failed scenario is reported and the run goes on.
 #   PITFALLS_DRY=1 runs tiny sizes on the CPU (checks the scripts; no GPU).
@@ -22,6 +30,13 @@
 # later (a third command, a fresh machine) were merged into it the same way:
 #   SCENARIOS="zero_grad_fill host_tensor_every_step" FACTS_OUT=$OUT/facts_more.json \
 #     TARPREFIX=$OUT/traces DEADLINE_S=380 bash sample_traces/make/run_pitfalls.sh /tmp/o
+# The second set (2026-12-02, one H200; facts merged into facts_pitfalls2.json): three commands,
+#   SCENARIOS=pitfalls2a FACTS_OUT=$OUT/facts_pitfalls2a.json TARPREFIX=$OUT/traces \
+#     DEADLINE_S=505 bash sample_traces/make/run_pitfalls.sh /tmp/o                     # 198 s
+#   SCENARIOS=pitfalls2b FACTS_OUT=$OUT/facts_pitfalls2b.json TARPREFIX=$OUT/tracesB \
+#     DEADLINE_S=330 bash sample_traces/make/run_pitfalls.sh /tmp/o                     # 91 s
+#   SCENARIOS=deterministic_off_index_add FACTS_OUT=$OUT/facts_pitfalls2c.json \
+#     TARPREFIX=$OUT/tracesC DEADLINE_S=120 bash sample_traces/make/run_pitfalls.sh /tmp/o  # 35 s
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 OUTDIR=${1:?usage: run_pitfalls.sh OUTDIR}
@@ -33,6 +48,13 @@ mkdir -p "$OUTDIR/facts.d"
 export PYTHONUNBUFFERED=1
 START=$(date +%s)
 SCENARIOS=${SCENARIOS:-"empty_cache_every_step allocator_steady recompile_every_step compile_dynamic_shapes anomaly_detection_on item_logging_per_layer conv_nchw_bf16 conv_channels_last_bf16 checkpoint_every_block slow_every_other_step zero_grad_fill host_tensor_every_step"}
+P2A="recompile_limit_hit graph_breaks_per_step graph_breaks_none cudnn_benchmark_new_shapes cudnn_nobenchmark_new_shapes"
+P2B="conv18_nchw_bf16 conv18_channels_last_bf16 conv18_nchw_fp32_notf32 empty_cache_memory_profiled allocator_steady_memory_profiled deterministic_index_add"
+case "$SCENARIOS" in
+  pitfalls2) SCENARIOS="$P2A $P2B" ;;
+  pitfalls2a) SCENARIOS="$P2A" ;;
+  pitfalls2b) SCENARIOS="$P2B" ;;
+esac
 if [ "${PITFALLS_DRY:-0}" != 1 ]; then
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader || true
 fi
@@ -43,7 +65,10 @@ $PY -c 'import torchvision; print("torchvision", torchvision.__version__)' 2>/de
 limit_of() {
   case "$1" in
     recompile_every_step) echo 220 ;;
+    recompile_limit_hit) echo 200 ;;
+    graph_breaks_per_step|cudnn_benchmark_new_shapes) echo 160 ;;
     compile_dynamic_shapes) echo 130 ;;
+    graph_breaks_none|cudnn_nobenchmark_new_shapes) echo 110 ;;
     anomaly_detection_on|conv_*|dynamic_lengths_timing) echo 110 ;;
     *) echo 80 ;;
   esac
@@ -53,6 +78,9 @@ tar_of() {
     empty_cache_every_step|allocator_steady|compile_dynamic_shapes) echo 1 ;;
     recompile_every_step) echo 2 ;;
     conv_*) echo 4 ;;
+    recompile_limit_hit|graph_breaks_*) echo 5 ;;
+    cudnn_*|conv18_*) echo 6 ;;
+    *_memory_profiled|deterministic_*) echo 7 ;;
     *) echo 3 ;;
   esac
 }

@@ -380,3 +380,42 @@ def test_allocator_churn_reads_the_reserved_memory(
     else:
         assert said in f["message"], f["message"]
     assert f["advice"].startswith("The pool is fragmented") == (reserved == (3, 3, 3))
+
+
+def test_library_setup_outermost_and_syncing(tmp_path: Path) -> None:
+    """Per step: an aten::_convolution (1.5 ms) around an aten::cudnn_convolution that
+    synchronises (autotuning): one call, syncing; a 0.2 ms cuDNN call without a sync: none;
+    a 2 ms cuDNN attention call: one call, not syncing."""
+    events: list[dict[str, object]] = []
+    for n, t in enumerate((100, 10_100), start=1):
+        events += [
+            step(n, t, 10_000),
+            cpu_op(t + 10, 1500, "aten::_convolution"),
+            cpu_op(t + 20, 1400, "aten::cudnn_convolution"),
+            launch(t + 30, 2, 100 * n),
+            kernel(t + 40, 100, "candidate", corr=100 * n),
+            launch(t + 200, 500, 100 * n + 1, name="cudaDeviceSynchronize"),
+            cpu_op(t + 2000, 200, "aten::cudnn_convolution"),
+            cpu_op(t + 3000, 2000, "aten::_cudnn_attention_forward"),
+            launch(t + 6000, 2, 100 * n + 2),
+            kernel(t + 6010, 3000, "gemm", corr=100 * n + 2),
+        ]
+    m = _metrics(tmp_path, events).metrics
+    (row,) = [r for r in m.causes.host.to_dicts() if r["cause"] == "library_setup"]
+    assert (row["calls"], row["syncing_calls"]) == (4, 2)
+    assert row["host_ns"] == 2 * (1_500_000 + 2_000_000)
+    names = {n["name"] for n in m.causes.names.to_dicts() if n["cause"] == "library_setup"}
+    assert names == {"aten::_convolution", "aten::_cudnn_attention_forward"}
+
+
+def test_interval_minus_worked_by_hand() -> None:
+    """[0, 40) and [50, 100) less [10, 20), [30, 55), [60, 70): [0, 10), [20, 30),
+    [55, 60), [70, 100); another group untouched."""
+    import polars as pl
+
+    from traceanalyzer.analyses.timeline.intervals import minus
+
+    a = pl.LazyFrame({"g": [1, 1, 2], "start_ns": [0, 50, 0], "end_ns": [40, 100, 10]})
+    b = pl.LazyFrame({"g": [1, 1, 1], "start_ns": [10, 30, 60], "end_ns": [20, 55, 70]})
+    got = minus(a, b, ["g"]).collect().rows()
+    assert got == [(1, 0, 10), (1, 20, 30), (1, 55, 60), (1, 70, 100), (2, 0, 10)]

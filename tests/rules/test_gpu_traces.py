@@ -22,7 +22,7 @@ _RANK = {"info": 0, "warning": 1, "critical": 2}
 
 
 #: The cause rules (analyses/causes): each fires only on a trace whose truth expects it.
-CAUSE_RULES = tuple(f"TA0{n}" for n in range(14, 22))
+CAUSE_RULES = tuple(f"TA0{n}" for n in range(14, 24))
 
 
 @dataclass(frozen=True)
@@ -511,6 +511,28 @@ CASES: dict[str, Truth] = {
         must={"TA021": "warning"},
         never=("TA002", "TA014", "TA015", "TA016", "TA017", "TA019", "TA020"),
     ),
+    # the second set (facts_pitfalls2.json). A compiled frame past its recompile limit runs
+    # eagerly (TA014 says so at info); what each step pays is cuDNN attention building a
+    # plan for every new length (TA022)
+    "recompile_limit_hit.json.gz": Truth(top="TA022", must={"TA022": "critical", "TA014": "info"}),
+    # one graph_break() per block: 9 compiled regions per step (TA023); its twin has one
+    "graph_breaks_per_step.json.gz": Truth(top="TA001", must={"TA023": "warning"}),
+    "graph_breaks_none.json.gz": Truth(top="TA001", never=CAUSE_RULES),
+    # cudnn.benchmark with a new resolution every step: autotuning in every convolution
+    "cudnn_benchmark_new_shapes.json.gz": Truth(top="TA022", must={"TA022": "critical"}),
+    # benchmark off, still a new resolution every step: cuDNN's heuristics and plans per shape
+    "cudnn_nobenchmark_new_shapes.json.gz": Truth(top="TA022", must={"TA022": "critical"}),
+    # a second network in NCHW under bf16 (ResNet-18): the transposes and NCHW batch norm
+    "conv18_nchw_bf16.json.gz": Truth(top="TA017", must={"TA017": "critical"}),
+    "conv18_channels_last_bf16.json.gz": Truth(top="TA001", never=CAUSE_RULES),
+    # FP32 without TF32: channels_last saved 2 %; no layout finding (TA005: no Tensor Cores)
+    "conv18_nchw_fp32_notf32.json.gz": Truth(top="TA005", never=CAUSE_RULES),
+    # the allocator pair with memory events: reserved memory emptied and regrown every step
+    "empty_cache_memory_profiled.json.gz": Truth(top="TA001", must={"TA015": "warning"}),
+    "allocator_steady_memory_profiled.json.gz": Truth(top="TA010", never=CAUSE_RULES),
+    # deterministic index_add_ was faster than the atomic one here: nothing to claim
+    "deterministic_index_add.json.gz": Truth(top="TA005", never=CAUSE_RULES),
+    "deterministic_off_index_add.json.gz": Truth(top="TA005", never=CAUSE_RULES),
 }
 
 #: Nsight reports kept beside their SQLite export (same capture, exported by the same nsys):

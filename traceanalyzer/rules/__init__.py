@@ -39,6 +39,8 @@ from traceanalyzer.rules.ta018_uneven_steps import UnevenSteps
 from traceanalyzer.rules.ta019_activation_recompute import ActivationRecompute
 from traceanalyzer.rules.ta020_zero_grad_fill import ZeroGradFill
 from traceanalyzer.rules.ta021_host_built_batch import HostBuiltBatch
+from traceanalyzer.rules.ta022_library_setup import LibrarySetup
+from traceanalyzer.rules.ta023_graph_breaks import GraphBreaks
 
 ALL_RULES: list[type[Rule]] = [
     GpuStarvation,
@@ -62,6 +64,8 @@ ALL_RULES: list[type[Rule]] = [
     ActivationRecompute,
     ZeroGradFill,
     HostBuiltBatch,
+    LibrarySetup,
+    GraphBreaks,
 ]
 
 

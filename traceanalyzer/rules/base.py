@@ -39,6 +39,8 @@ CATEGORIES = (
     "activation_recompute",
     "zero_grad_fill",
     "host_built_batch",
+    "library_setup",
+    "graph_breaks",
 )
 #: A fix that saves at least this share of step time is critical / a warning; less is info.
 CRITICAL_SHARE = 0.30

@@ -30,6 +30,8 @@ CAUSE_CATEGORIES = (
     "activation_recompute",
     "zero_grad_fill",
     "host_built_batch",
+    "library_setup",
+    "graph_breaks",
 )
 
 

@@ -45,6 +45,12 @@ class Recompilation(Rule):
     the few steps recorded. A deliberate compile of a new graph inside the loop (a model
     switched to eval, a new layer added) recompiles once, not every step.
 
+    A compiled frame that has stopped compiling shows as Dynamo's guard check
+    (`TorchDynamo Cache Lookup`) in every steady step with no compiled region run and no
+    compile work after it: the frame runs eagerly. That is reported at info, unpriced
+    (what compiling would save is not in the trace): raise the limit only where a few
+    shapes recur, else make the shape dynamic.
+
     ## Impact estimate
     The GPU idle the compile phases explain: the part of each idle gap during which the host
     was inside a compile range (their union), per steady step, at most the device's idle
@@ -90,6 +96,7 @@ class Recompilation(Rule):
     ]
 
     def check(self, ctx: Context, t: Thresholds) -> Iterable[Finding]:
+        yield from self._fallen_back(ctx)
         for rank, m in models(ctx, "compilation").items():
             if m.every_step_share < t.min_steps_share:
                 continue
@@ -138,4 +145,34 @@ class Recompilation(Rule):
                 m.impact_ns,
                 advice,
                 ceiling_ns=m.ceiling_ns,
+            )
+
+    def _fallen_back(self, ctx: Context) -> Iterable[Finding]:
+        """A frame that looks up its compiled graphs every step and runs none: the recompile
+        limit was hit and it runs eagerly (the class docstring)."""
+        for r in ctx.metrics.causes.regions.iter_rows(named=True):
+            steps = r["steps"] or 0
+            if not steps or r["runs"] or r["lookups"] < steps:
+                continue
+            rank = r["rank"]
+            yield self.finding(
+                ctx,
+                f"rank {rank}: torch.compile runs no compiled graph: each steady step checks "
+                f"a compiled frame's guards ({r['lookups'] / steps:.1f} TorchDynamo Cache "
+                "Lookup per step) and runs it eagerly. The frame stopped compiling: its "
+                "recompile limit was hit (shapes or guards that change)",
+                {
+                    "steps": steps,
+                    "cache_lookups_per_step": r["lookups"] / steps,
+                    "compiled_regions": 0,
+                    "fallen_back": True,
+                },
+                Scope(rank=rank),
+                None,
+                "The frame fell back to eager after torch._dynamo.config.recompile_limit "
+                "(8) recompiles: make the changing shape dynamic (dynamic=True or "
+                "torch._dynamo.mark_dynamic) or pad/bucket it to a few sizes; raise "
+                "recompile_limit only where a few shapes recur. TORCH_LOGS=recompiles "
+                "shows the guard that fails.",
+                severity=Severity.INFO,
             )

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Any, ClassVar
-
-import polars as pl
+from dataclasses import asdict, dataclass, field
+from typing import ClassVar
 
 from traceanalyzer.rules.base import Context, Finding, Rule, Scope, Severity
 from traceanalyzer.rules.causes import duration, models
@@ -45,8 +43,8 @@ class AllocatorChurn(Rule):
     Where the trace holds memory events (`profile_memory=True`), their reserved totals say
     which: reserved memory that falls and climbs back within the steps (at least
     `min_release_share` of its peak given back to the driver in most steps) is the pool being
-    emptied; reserved far above allocated (`fragmented_ratio` at the peak) while the allocator
-    calls the driver is a fragmented pool that cannot fit the step's blocks.
+    emptied; reserved far above allocated (`fragmented_share` of it unused at the peak) while
+    the allocator calls the driver is a fragmented pool that cannot fit the step's blocks.
 
     ## Impact estimate
     The GPU idle the calls explain: the part of each idle gap during which the host was
@@ -81,11 +79,9 @@ class AllocatorChurn(Rule):
             default=0.25,
             metadata={"help": "share of a step's reserved peak released within it (emptied)"},
         )
-        fragmented_ratio: float = field(
-            default=1.5,
-            metadata={
-                "help": "reserved over allocated memory at the peak that reads as fragmented"
-            },
+        fragmented_share: float = field(
+            default=1 / 3,
+            metadata={"help": "share of the reserved peak not allocated: fragmented"},
         )
 
     example_bad: ClassVar[list[Event]] = [
@@ -117,19 +113,19 @@ class AllocatorChurn(Rule):
             steps = m.steps or 1
             calls = ", ".join(f"{n['count'] / steps:.1f} {n['name']}" for n in names)
             frees = sum(n["count"] for n in names if "Free" in str(n["name"])) / steps
-            pool = _reserved(ctx, rank, m.device, t)
+            pool = ctx.metrics.memory.pool(rank, m.device, t.min_release_share, t.fragmented_share)
             advice = self.advice
             said = ""
-            if pool and pool["emptied"]:
+            if pool and pool.emptied:
                 said = (
-                    f"; reserved memory falls by {pool['released_per_step_bytes'] / 2**30:.2f} "
-                    f"GiB and climbs back in {pool['steps_released']} of {pool['steps']} steps "
+                    f"; reserved memory falls by {pool.released_per_step_bytes / 2**30:.2f} "
+                    f"GiB and climbs back in {pool.steps_released} of {pool.steps} steps "
                     "(the pool is emptied)"
                 )
-            elif pool and pool["fragmented"]:
+            elif pool and pool.fragmented:
                 said = (
-                    f"; {pool['reserved_peak_bytes'] / 2**30:.2f} GiB reserved against "
-                    f"{pool['allocated_peak_bytes'] / 2**30:.2f} GiB allocated at the peak "
+                    f"; {pool.reserved_peak_bytes / 2**30:.2f} GiB reserved against "
+                    f"{pool.allocated_peak_bytes / 2**30:.2f} GiB allocated at the peak "
                     "(a fragmented pool)"
                 )
                 advice = (
@@ -158,41 +154,10 @@ class AllocatorChurn(Rule):
                     "cause_words": "the allocator calls cudaMalloc/cudaFree every step"
                     + (" (torch.cuda.empty_cache() in the loop?)" if frees >= 1 else ""),
                     "threshold_calls_per_step": t.min_calls_per_step,
-                    "reserved": pool,
+                    "reserved": asdict(pool) if pool else None,
                 },
                 Scope(rank=rank, device=m.device),
                 m.impact_ns,
                 advice,
                 ceiling_ns=m.ceiling_ns,
             )
-
-
-def _reserved(
-    ctx: Context, rank: int, device: int, t: AllocatorChurn.Thresholds
-) -> dict[str, Any] | None:
-    """The device's reserved memory over the steady steps (Metrics.memory.peaks), or None
-    where no memory event records it: `steps`, `steps_released` (those giving back at least
-    `t.min_release_share` of their reserved peak), `released_per_step_bytes`, the peaks
-    reserved and allocated, and whether the pool reads as `emptied` (most steps release) or
-    `fragmented` (reserved at least `t.fragmented_ratio` times allocated)."""
-    rows = ctx.metrics.memory.peaks.filter(
-        (pl.col("rank") == rank)
-        & (pl.col("device") == device)
-        & pl.col("reserved_peak_bytes").is_not_null()
-    )
-    if rows.height == 0:
-        return None
-    released = rows.filter(
-        pl.col("released_bytes") >= t.min_release_share * pl.col("reserved_peak_bytes")
-    ).height
-    reserved = int(rows["reserved_peak_bytes"].max())  # type: ignore[arg-type]
-    allocated = int(rows["peak_bytes"].max() or 0)  # type: ignore[arg-type]
-    return {
-        "steps": rows.height,
-        "steps_released": released,
-        "released_per_step_bytes": int(rows["released_bytes"].mean() or 0),  # type: ignore[arg-type]
-        "reserved_peak_bytes": reserved,
-        "allocated_peak_bytes": allocated,
-        "emptied": released * 2 > rows.height,
-        "fragmented": allocated > 0 and reserved >= t.fragmented_ratio * allocated,
-    }

@@ -16,7 +16,14 @@ A host-side cause is work the host does in the loop that a named fix removes who
   (`zero_grad(set_to_none=False)`): their host side; their kernels are priced apart;
 - `host_batch`: the step's inputs built on the host from Python data and copied to the
   device from pageable memory in the same step (host_batch.py): the constructors' host
-  time and the blocking copies, each of which waits for the GPU work queued before it.
+  time and the blocking copies, each of which waits for the GPU work queued before it;
+- `library_setup`: cuDNN (or MIOpen) setting itself up for a new input shape inside an
+  operator: a convolution that synchronises the device (cudnn.benchmark timing candidate
+  algorithms), or a cuDNN operator holding the host `SETUP_MIN_NS` or longer (building an
+  execution plan); the outermost such operator on its thread. A convolution that times
+  candidates synchronises (the refill after it is counted);
+- `graph_breaks`: the host time of compiled regions outside their compiled graphs
+  (compilation.region_glue); the share of it the breaks add is priced in impact.py.
 
 **What removing the work saves (the idle it explains).** Over each idle gap of a device in
 its window, the part during which the host was inside the cause's work (the union of its
@@ -34,6 +41,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceanalyzer.analyses.causes import signatures as sig
+from traceanalyzer.analyses.causes.compilation import region_glue
 from traceanalyzer.analyses.causes.host_batch import batch_work, paired
 from traceanalyzer.analyses.causes.nesting import KEYS, inside
 from traceanalyzer.analyses.causes.recompute import forward_in_backward, launched_in
@@ -48,6 +56,8 @@ HOST_CAUSES = (
     "recompute",
     "zero_grad_fill",
     "host_batch",
+    "library_setup",
+    "graph_breaks",
 )
 CAUSE = pl.Enum(list(HOST_CAUSES))
 
@@ -59,6 +69,7 @@ HOST_SCHEMA: dict[str, pl.DataType] = {
     "steps": pl.Int64(),
     "steps_with": pl.Int64(),
     "calls": pl.Int64(),
+    "syncing_calls": pl.Int64(),
     "host_ns": pl.Int64(),
     "idle_ns": pl.Int64(),
 }
@@ -115,12 +126,66 @@ def cause_calls(timeline: Timeline) -> pl.LazyFrame:
     batches = batch_work(timeline, ranges).with_columns(
         cause=pl.lit("host_batch"), parent=pl.lit(None, pl.String)
     )
+    setup = library_setup(events, ranges).with_columns(
+        cause=pl.lit("library_setup"), parent=pl.lit(None, pl.String)
+    )
+    glue = region_glue(ranges).with_columns(
+        cause=pl.lit("graph_breaks"), parent=pl.lit(None, pl.String)
+    )
     return pl.concat(
         [
             f.select("rank", "cause", "name", "start_ns", "end_ns", "syncs", "parent")
-            for f in (allocator, compiling, _anomaly_checks(ranges), recomputing, filling, batches)
+            for f in (
+                allocator,
+                compiling,
+                _anomaly_checks(ranges),
+                recomputing,
+                filling,
+                batches,
+                setup,
+                glue,
+            )
         ]
     ).with_columns(pl.col("cause").cast(CAUSE))
+
+
+#: A cuDNN operator holding the host this long sets the library up (a plan built for a new
+#: shape): a warm one returns in tens of microseconds, even under the profiler.
+SETUP_MIN_NS = 1_000_000
+
+
+def library_setup(events: pl.LazyFrame, ranges: pl.LazyFrame) -> pl.LazyFrame:
+    """rank, name, start_ns, end_ns, syncs: the library operators (sig.LIBRARY_OP) that
+    synchronise the device inside them (`syncs`) or last at least SETUP_MIN_NS, outermost
+    on their thread. `events`: the timeline's events; `ranges`: its host ranges (name as
+    text)."""
+    syncs = events.filter(pl.col("kind").is_in(_HOST_CALLS)).select(
+        *_COLS[:3], name=pl.col("name").cast(pl.String), start_ns="start_ns", end_ns="end_ns"
+    )
+    library = ranges.filter(pl.col("name").str.contains(sig.LIBRARY_OP))
+    waited = (
+        inside(pl.concat([library, syncs]), sig.LIBRARY_OP, sig.DEVICE_SYNC)
+        .select(*KEYS, start_ns="_o_start")
+        .unique()
+        .with_columns(syncs=pl.lit(True))
+    )
+    picked = (
+        library.join(waited, on=[*KEYS, "start_ns"], how="left")
+        .with_columns(pl.col("syncs").fill_null(False))
+        .filter(pl.col("syncs") | (pl.col("end_ns") - pl.col("start_ns") >= SETUP_MIN_NS))
+        .sort(*KEYS, "start_ns", pl.col("end_ns"), descending=[False] * 4 + [True])
+    )
+    # outermost: no earlier picked operator on the thread ends at or after its end; it
+    # synchronises where an operator nested in it does
+    before = pl.col("end_ns").cum_max().shift(1).over(KEYS)
+    outer = before.is_null() | (before < pl.col("end_ns"))
+    return (
+        picked.with_columns(_outer=outer)
+        .with_columns(_group=pl.col("_outer").cum_sum().over(KEYS))
+        .with_columns(syncs=pl.col("syncs").any().over(*KEYS, "_group"))
+        .filter("_outer")
+        .select("rank", "name", "start_ns", "end_ns", "syncs")
+    )
 
 
 def zero_fills(ranges: pl.LazyFrame) -> pl.LazyFrame:
@@ -164,6 +229,7 @@ def host_causes(
 
     Per device (HOST_SCHEMA), for each cause with a call inside a steady step of the rank:
     `steps` (the rank's steady steps), `steps_with` (those holding a call), `calls`,
+    `syncing_calls` (those that synchronise),
     `host_ns` (the union of the calls, any thread of the rank) and `idle_ns` (the idle of the
     device's gaps the work explains: the module docstring). Names (NAMES_SCHEMA): the calls
     by name (and backward function, for the checks), longest total first.
@@ -190,7 +256,11 @@ def host_causes(
     counted = (
         calls.lazy()
         .group_by(by)
-        .agg(calls=pl.len().cast(pl.Int64), steps_with=pl.col("step").n_unique().cast(pl.Int64))
+        .agg(
+            calls=pl.len().cast(pl.Int64),
+            syncing_calls=pl.col("syncs").sum().cast(pl.Int64),
+            steps_with=pl.col("step").n_unique().cast(pl.Int64),
+        )
     )
     n_steps = steps.group_by("rank").agg(steps=pl.len().cast(pl.Int64))
     present = calls.lazy().select(by).unique()

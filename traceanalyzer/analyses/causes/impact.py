@@ -108,6 +108,11 @@ class Causes:
         rows = self.names.filter((pl.col("rank") == rank) & (pl.col("cause") == cause))
         return rows.head(limit).select("name", "parent", "count", "total_ns").to_dicts()
 
+    def syncing_calls(self, rank: int, cause: str) -> int:
+        """The host-side cause's calls on `rank` that synchronise (its device rows agree)."""
+        rows = self.host.filter((pl.col("rank") == rank) & (pl.col("cause") == cause))
+        return int(rows["syncing_calls"].max() or 0) if rows.height else 0  # type: ignore[arg-type]
+
     def slow_work_of(self, rank: int) -> list[dict[str, Any]]:
         """What the slow steps of `rank` run that the fast ones do not (name, extra_calls,
         extra_ns), most extra time first."""
@@ -171,6 +176,7 @@ def cause_impact(
     captures = {r["rank"]: r for r in causes.anomaly.iter_rows(named=True)}
     redone = {(r["rank"], r["device"]): r for r in causes.recompute.iter_rows(named=True)}
     fills = {(r["rank"], r["device"]): r for r in causes.zero_fill.iter_rows(named=True)}
+    regions = {r["rank"]: r for r in causes.regions.iter_rows(named=True)}
     idle = {(d["rank"], d["device"]): d["idle_ns"] for d in devices.iter_rows(named=True)}
     kernel = {(d["rank"], d["device"]): d["kernel_ns"] or 0 for d in devices.iter_rows(named=True)}
     out = []
@@ -184,6 +190,11 @@ def cause_impact(
         unrecorded = 0
         if r["cause"] == "anomaly_checks" and (c := captures.get(rank)) and r["steps"]:
             unrecorded = c["nodes"] * c["capture_ns"] // r["steps"]
+        if r["cause"] == "graph_breaks":
+            # the regions' glue the breaks add: all but the top-level runs' share
+            g = regions.get(rank) or {}
+            share = (g.get("runs", 0) - g.get("top_runs", 0)) / g["runs"] if g.get("runs") else 0
+            explained = round(explained * share)
         if r["cause"] in ("recompute", "zero_grad_fill"):
             # their kernels are saved too where the GPU's work bounds the step: the larger of
             # the host side (the idle under it) and the GPU side is what it costs

@@ -76,3 +76,19 @@ FROM_HOST_DATA = r"^aten::lift_fresh$"
 CONSTRUCTOR_PART = r"^aten::(?:empty|to|lift_fresh)$"
 #: The operator around a host-to-device copy of a tensor (`.cuda()`, `.to(device)`).
 COPY_OP = r"^aten::copy_$"
+#: The operators that set a library up for a new input shape inside them: cuDNN's and MIOpen's
+#: (`aten::cudnn_convolution`, `aten::_cudnn_attention_forward`, `aten::miopen_convolution`)
+#: and the convolutions that call them (`aten::convolution_backward`).
+LIBRARY_OP = r"(?i)cudnn|miopen|^aten::convolution_backward$|^aten::_convolution$"
+#: A call that waits for the device: inside a convolution it is cuDNN timing its candidate
+#: algorithms (`torch.backends.cudnn.benchmark = True` meeting a shape it has not seen).
+DEVICE_SYNC = r"^(?:cuda|hip)(?:DeviceSynchronize|EventSynchronize|StreamSynchronize)$"
+#: Dynamo's guard check on entering a compiled frame: once per call, matched or not. A lookup
+#: with no compiled region after it runs the frame eagerly (its cache full: the recompile
+#: limit was hit).
+CACHE_LOOKUP = r"^TorchDynamo Cache Lookup$"
+#: The host ranges of a compiled region's run, forward and backward (AOTAutograd's function
+#: and its backward, for torch versions that record no `Torch-Compiled Region`) ...
+REGION_RUN = r"^(?:Torch-Compiled Region: |CompiledFunction$|CompiledFunctionBackward$)"
+#: ... and the compiled graphs' own calls inside them (Inductor's generated code).
+GRAPH_CALL = r"^## Call CompiledFxGraph "

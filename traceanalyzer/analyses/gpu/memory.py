@@ -23,17 +23,24 @@ def step_peaks(timeline: Timeline, markers: pl.LazyFrame) -> pl.DataFrame:
     """rank, device, step, peak_bytes, end_bytes, reserved_peak_bytes, reserved_low_bytes,
     released_bytes: the highest total allocated during each host step and the total left
     allocated at its last memory event; the most and least the caching allocator held
-    reserved during it, and the reserved memory it gave back to the driver (the sum of the
-    falls of the reserved total from one memory event to the next: `torch.cuda.empty_cache()`,
-    or the allocator freeing its cache to retry a failed allocation). Empty without memory
+    reserved during it, and the reserved memory given back to the driver that its events
+    show (the falls of the reserved total from the device's previous memory event to each of
+    its events: `torch.cuda.empty_cache()`, or the allocator freeing its cache to retry a
+    failed allocation; a release records no event, so it shows at the next). Empty without memory
     events; the reserved figures are null where the trace does not record them."""
     memory = (
         timeline.events.lazy()
         .filter((pl.col("kind") == Kind.MEMORY.value) & pl.col("device").is_not_null())
         .select("rank", "device", "start_ns", "bytes", "reserved_bytes")
         .sort("start_ns")
+        # the fall since the device's previous event: a release (empty_cache) records no
+        # event of its own, so it shows at the next one, maybe in the next step
+        .with_columns(
+            _fall=(pl.col("reserved_bytes").shift(1) - pl.col("reserved_bytes"))
+            .clip(lower_bound=0)
+            .over("rank", "device")
+        )
     )
-    fall = (pl.col("reserved_bytes").shift(1) - pl.col("reserved_bytes")).clip(lower_bound=0)
     return (
         in_ranges(memory, markers, "rank")
         .group_by("rank", "device", "step")
@@ -43,7 +50,7 @@ def step_peaks(timeline: Timeline, markers: pl.LazyFrame) -> pl.DataFrame:
             reserved_peak_bytes=pl.col("reserved_bytes").max(),
             reserved_low_bytes=pl.col("reserved_bytes").min(),
             released_bytes=pl.when(pl.col("reserved_bytes").is_not_null().any())
-            .then(fall.sum())  # in_ranges keeps each step's events in time order
+            .then(pl.col("_fall").sum())
             .cast(pl.Int64),
             first_ns=pl.col("start_ns").min(),
         )
@@ -142,6 +149,24 @@ def runway(
 
 
 @dataclass(frozen=True, slots=True)
+class ReservedPool:
+    """One device's caching-allocator pool over the steady steps (Memory.pool; TA015 reads
+    it): `steps` with reserved totals recorded, `steps_released` (those giving back at least
+    the asked share of their reserved peak), `released_per_step_bytes` (mean),
+    `reserved_peak_bytes`, `allocated_peak_bytes`; `emptied` (most steps give memory back:
+    the pool is emptied and grown again) and `fragmented` (at the peak, at least the asked
+    share of the reserved memory is not allocated)."""
+
+    steps: int
+    steps_released: int
+    released_per_step_bytes: int
+    reserved_peak_bytes: int
+    allocated_peak_bytes: int
+    emptied: bool
+    fragmented: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Memory:
     """The job's allocated GPU memory step over step (Metrics.memory; empty without memory
     events).
@@ -185,3 +210,32 @@ class Memory:
 
     def __post_init__(self) -> None:
         check_frames(self, "Metrics.memory", self.SCHEMAS)
+
+    def pool(
+        self, rank: int, device: int, release_share: float, unused_share: float
+    ) -> ReservedPool | None:
+        """The device's ReservedPool, or None where no memory event records reserved memory.
+        `release_share`: the share of a step's reserved peak it must give back to count as
+        released; `unused_share`: the share of the reserved peak not allocated that reads
+        as fragmented."""
+        rows = self.peaks.filter(
+            (pl.col("rank") == rank)
+            & (pl.col("device") == device)
+            & pl.col("reserved_peak_bytes").is_not_null()
+        )
+        if rows.height == 0:
+            return None
+        released = rows.filter(
+            pl.col("released_bytes") >= release_share * pl.col("reserved_peak_bytes")
+        ).height
+        reserved = int(rows["reserved_peak_bytes"].max())  # type: ignore[arg-type]
+        allocated = int(rows["peak_bytes"].max() or 0)  # type: ignore[arg-type]
+        return ReservedPool(
+            steps=rows.height,
+            steps_released=released,
+            released_per_step_bytes=int(rows["released_bytes"].mean() or 0),  # type: ignore[arg-type]
+            reserved_peak_bytes=reserved,
+            allocated_peak_bytes=allocated,
+            emptied=released * 2 > rows.height,
+            fragmented=reserved > 0 and reserved - allocated >= unused_share * reserved,
+        )

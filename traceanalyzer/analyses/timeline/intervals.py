@@ -47,6 +47,32 @@ def union(intervals: pl.LazyFrame, by: list[str]) -> pl.LazyFrame:
     )
 
 
+def minus(a: pl.LazyFrame, b: pl.LazyFrame, by: list[str]) -> pl.LazyFrame:
+    """The time inside `a`'s intervals and outside every one of `b`'s, within each `by`
+    group: `by` + `start_ns`, `end_ns`, disjoint, sorted by group and start (a sweep over
+    both unions' edges: a segment counts where `a` covers it and `b` does not)."""
+    ua, ub = union(a, by), union(b, by)
+    edges = pl.concat(
+        [
+            ua.select(*by, t="start_ns", da=pl.lit(1), db=pl.lit(0)),
+            ua.select(*by, t="end_ns", da=pl.lit(-1), db=pl.lit(0)),
+            ub.select(*by, t="start_ns", da=pl.lit(0), db=pl.lit(1)),
+            ub.select(*by, t="end_ns", da=pl.lit(0), db=pl.lit(-1)),
+        ]
+    )
+    # after the last edge at a time, the running sums say what covers the segment to the
+    # next edge (edges at one time in any order: their zero-length segments are dropped)
+    swept = sort_stable(edges, [*by, "t"]).with_columns(
+        _a=pl.col("da").cum_sum().over(by),
+        _b=pl.col("db").cum_sum().over(by),
+        _next=pl.col("t").shift(-1).over(by),
+    )
+    segments = swept.filter(
+        (pl.col("_a") > 0) & (pl.col("_b") == 0) & (pl.col("_next") > pl.col("t"))
+    ).select(*by, start_ns="t", end_ns="_next")
+    return union(segments, by).drop("busy_before_ns")
+
+
 def _same_group(by: list[str], offset: int) -> pl.Expr:
     """Whether the row `offset` rows away has the same `by` values (nulls equal to nulls, as
     in a group-by). At the frame's edge the answer does not matter: the shifted value read

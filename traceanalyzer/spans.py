@@ -3,15 +3,20 @@
 For `annotate` (one Perfetto track per finding, with a slice over each span) and any view
 that links a finding to its place: the idle gaps of the finding's cause (starvation, launch
 overhead, host syncs), the collectives of its device (communication not overlapped, rank
-imbalance), the pageable copies, the GEMMs off the Tensor Cores, the cast kernels; else the
-finding's scope window. Computed from the analyses' own frames (gaps, classes), no new
-analysis. At most `MAX_SPANS` per finding, the longest first.
+imbalance), the pageable copies, the GEMMs off the Tensor Cores, the cast kernels; a cause's
+own work (the compile phases, allocator calls, anomaly checks, recomputed operators, zero
+fills, host-built batches, cuDNN set-up and compiled regions' glue on the host; cuDNN's
+layout transposes on the GPU); else the finding's scope window. Computed from the analyses'
+own frames and functions (gaps, classes, the causes' calls), no new analysis. At most
+`MAX_SPANS` per finding, the longest first.
 """
 
 from __future__ import annotations
 
 import polars as pl
 
+from traceanalyzer.analyses.causes import host_work
+from traceanalyzer.analyses.causes import signatures as sig
 from traceanalyzer.analyses.gpu import classify
 from traceanalyzer.analyses.metrics import Metrics
 from traceanalyzer.model import Timeline
@@ -34,6 +39,17 @@ KERNEL_CLASS = {
     "no_tensor_cores": "gemm",
     "odd_shapes": "gemm",
 }
+#: Finding category -> the host-side cause whose calls it is about (analyses/causes).
+HOST_CAUSE = {
+    "recompilation": "compilation",
+    "allocator_churn": "allocator",
+    "anomaly_detection": "anomaly_checks",
+    "activation_recompute": "recompute",
+    "zero_grad_fill": "zero_grad_fill",
+    "host_built_batch": "host_batch",
+    "library_setup": "library_setup",
+    "graph_breaks": "graph_breaks",
+}
 SPAN_SCHEMA = pl.Schema({"start_ns": pl.Int64(), "end_ns": pl.Int64(), "what": pl.String()})
 
 
@@ -50,6 +66,27 @@ def finding_spans(f: Finding, metrics: Metrics, timeline: Timeline) -> pl.DataFr
     if f.category in GAP_CAUSE:
         spans = metrics.idle.gaps.filter(where & (pl.col("cause") == GAP_CAUSE[f.category])).select(
             "start_ns", "end_ns", what=pl.lit(f"idle ({GAP_CAUSE[f.category]})")
+        )
+    elif f.category in HOST_CAUSE:
+        calls = host_work.cause_calls(timeline).filter(
+            (pl.col("cause").cast(pl.String) == HOST_CAUSE[f.category])
+            & ((pl.col("rank") == scope.rank) if scope.rank is not None else pl.lit(True))
+        )
+        spans = (
+            calls.join(_host_steps(metrics, timeline, inside).lazy(), on="rank")
+            .filter((pl.col("end_ns") > pl.col("w_start")) & (pl.col("start_ns") < pl.col("w_end")))
+            .select("start_ns", "end_ns", what=pl.col("name"))
+            .unique(["start_ns", "end_ns", "what"])
+            .collect()
+        )
+    elif f.category == "layout_conversion":
+        spans = (
+            timeline.gpu_work()
+            .filter(where & pl.col("name").cast(pl.String).str.contains(sig.LAYOUT_KERNEL))
+            .join(inside.lazy(), on=["rank", "device"])
+            .filter((pl.col("end_ns") > pl.col("w_start")) & (pl.col("start_ns") < pl.col("w_end")))
+            .select("start_ns", "end_ns", what=pl.col("name").cast(pl.String))
+            .collect()
         )
     elif f.category in KERNEL_CLASS or f.category == "pageable_memcpy":
         gpu = timeline.gpu_work().filter(where)
@@ -88,3 +125,21 @@ def finding_spans(f: Finding, metrics: Metrics, timeline: Timeline) -> pl.DataFr
         .head(MAX_SPANS)
         .sort("start_ns")
     )
+
+
+def _host_steps(metrics: Metrics, timeline: Timeline, windows: pl.DataFrame) -> pl.DataFrame:
+    """rank, w_start, w_end: the host ranges of the steady steps (the step markers named
+    like the devices' steady steps), where the causes' calls were counted; without steps,
+    the devices' windows."""
+    steady = metrics.steps.steady.select("rank", pl.col("name").cast(pl.String)).unique()
+    if steady.height == 0:
+        return windows.select("rank", "w_start", "w_end").unique()
+    markers = (
+        timeline.events.lazy()
+        .filter(pl.col("kind") == "annotation")
+        .select("rank", name=pl.col("name").cast(pl.String), w_start="start_ns", w_end="end_ns")
+        .join(steady.lazy(), on=["rank", "name"], how="semi")
+        .select("rank", "w_start", "w_end")
+        .collect()
+    )
+    return markers if markers.height else windows.select("rank", "w_start", "w_end").unique()

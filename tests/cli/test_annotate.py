@@ -185,3 +185,28 @@ def test_bom_and_utf16_traces_annotate(tmp_path: Path, encoding: str) -> None:
     assert result.exit_code == 0, result.output
     original = json.loads(plain.read_bytes())["traceEvents"]
     assert _events(out)[: len(original)] == original
+
+
+def test_a_cause_has_a_track_over_its_own_calls(tmp_path: Path) -> None:
+    """empty_cache every step: TA015's track holds one slice per cudaMalloc/cudaFree inside
+    the steady steps (64 per step, 4 steps), named after the call, at the calls' times."""
+    src = REPO / "tests" / "data" / "gpu" / "empty_cache_every_step.json.gz"
+    out = tmp_path / "a.json.gz"
+    annotate(src, out)
+    events = _events(out)
+    names = {
+        e["tid"]: e["args"]["name"]
+        for e in events
+        if e["ph"] == "M" and e["name"] == "thread_name" and "traceanalyzer:" in e["args"]["name"]
+    }
+    (tid,) = [t for t, n in names.items() if "TA015" in n]
+    slices = [e for e in events if e["ph"] == "X" and e.get("tid") == tid]
+    assert len(slices) == 64 * 4
+    calls = sorted(
+        (round(e["ts"] * 1000), e["name"])
+        for e in _events(src)
+        if e.get("cat") == "cuda_runtime" and e.get("name") in ("cudaMalloc", "cudaFree")
+    )
+    assert {(round(e["ts"] * 1000), e["name"].removeprefix("TA015: ")) for e in slices} <= set(
+        calls
+    )

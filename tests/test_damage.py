@@ -212,3 +212,26 @@ def test_a_device_ordinal_beyond_int32_reads_as_unknown(field: str, tmp_path: Pa
     assert code in (0, 1, 2) and "internal error" not in err and "Traceback" not in err
     if code == 2:
         assert _refused_naming(code, err, "no GPU events")
+
+
+def test_steps_lost_to_the_cut_are_named_as_lost(tmp_path: Path) -> None:
+    """slow_loader cut at 70 %: its last two steps were not recorded whole; they are named
+    as lost to the cut (reason, note and the terminal's window line), not as warm-up or
+    outlier steps, and the steps analysed stay the ones before the cut."""
+    from traceanalyzer.report import CUT_REASON
+
+    raw = gzip.decompress((GPU / "slow_loader.json.gz").read_bytes())
+    path = tmp_path / "cut.json"
+    path.write_bytes(raw[: int(len(raw) * 0.7)])
+    code, doc, _ = _run(path)
+    assert code == 0 and doc is not None
+    excluded = doc["window"]["excluded_steps"]
+    assert [e["name"] for e in excluded] == ["ProfilerStep#5", "ProfilerStep#6"]
+    assert all(e["reason"] == CUT_REASON for e in excluded)
+    assert (
+        "2 step(s) lost to the cut (ProfilerStep#5, ProfilerStep#6: the file ends before them)"
+        in doc["data_quality"]["notes"]
+    )
+    assert not any("warm-up/outlier" in n for n in doc["data_quality"]["notes"])
+    text = CliRunner().invoke(cli, ["report", str(path)]).stdout
+    assert "lost to the cut" in text and "warm-up/outlier" not in text

@@ -99,3 +99,14 @@ def test_a_host_bound_verdict_on_a_profiled_host_says_so() -> None:
         "recorded with"
         not in verdict([_device(1.0)], [_path(gpu_compute=90)], [busy], stacks)["headline"]
     )
+
+
+def test_no_finding_is_never_said_above_a_warning() -> None:
+    """A trace-quality warning (TA012) and nothing that bounds the job: the headline says no
+    performance finding, and names what warns; without it, no finding at all."""
+    quality = _finding("TA012", "trace_quality", "warning", 0, 0.0)
+    v = verdict([_device(0.9)], [_path(gpu_compute=150)], [quality])
+    assert "no finding at warning or above" not in v["headline"]
+    assert "no performance finding at warning or above (TA012 warns: TA012 title)" in v["headline"]
+    plain = verdict([_device(0.9)], [_path(gpu_compute=150)], [])
+    assert "no finding at warning or above" in plain["headline"]

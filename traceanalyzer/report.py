@@ -545,6 +545,12 @@ def verdict(
         facts.append(
             f"{fix} saves up to {saving / 1e6:.1f} ms {per}" if saving else fix + " comes first"
         )
+    elif warned := [f for f in findings if f.severity.rank >= 1]:
+        # never "no finding" above a warning: name what warns (a trace-quality finding)
+        facts.append(
+            f"no performance finding at warning or above ({warned[0].rule} warns: "
+            f"{warned[0].title})"
+        )
     else:
         facts.append("no finding at warning or above")
     risks = [
@@ -727,7 +733,53 @@ def _step(r: dict[str, Any], *, warmup: bool) -> StepDict:
     }
 
 
-def _outside_notes(outside: list[dict[str, Any]], metrics: Metrics) -> list[str]:
+#: The reason given a step left out because the trace was cut off before its end.
+CUT_REASON = "lost to the cut: the trace file ends before this step was recorded whole"
+
+
+def _excluded(metrics: Metrics, truncated: bool) -> list[dict[str, Any]]:
+    """The steps left out of the window; in a trace that was cut off, those after the last
+    steady step of their rank were lost to the cut, whatever they looked like (empty, or an
+    outlier: partly recorded), and say so."""
+    rows = metrics.steps.excluded.to_dicts()
+    if not truncated or not rows:
+        return rows
+    last = {
+        r["rank"]: r["step"]
+        for r in metrics.steps.steady.group_by("rank").agg(pl.col("step").max()).to_dicts()
+    }
+    for r in rows:
+        if r["rank"] in last and r["step"] > last[r["rank"]]:
+            r["reason"] = CUT_REASON
+    return rows
+
+
+def excluded_words(excluded: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The steps left out, in words: the warm-up/outlier steps, and the steps lost to the cut
+    of a cut-off trace (their names, at most four each)."""
+
+    def names(rows: list[Mapping[str, Any]]) -> str:
+        shown = sorted({str(r["name"]) for r in rows})
+        return ", ".join(shown[:4]) + (", ..." if len(shown) > 4 else "")
+
+    lost = [r for r in excluded if r["reason"] == CUT_REASON]
+    left = [r for r in excluded if r["reason"] != CUT_REASON]
+    words = []
+    if left:
+        n = len({r["name"] for r in left})
+        words.append(
+            f"{n} warm-up/outlier step(s) left out of the window ({names(left)}; --all-steps "
+            "keeps them)"
+        )
+    if lost:
+        n = len({r["name"] for r in lost})
+        words.append(f"{n} step(s) lost to the cut ({names(lost)}: the file ends before them)")
+    return words
+
+
+def _outside_notes(
+    outside: list[dict[str, Any]], metrics: Metrics, truncated: bool = False
+) -> list[str]:
     """One note per device with GPU work outside the window, and one for excluded steps."""
     notes = [
         f"rank {o['rank']} GPU {o['device']}: {o['before_count']} GPU operation(s) "
@@ -735,12 +787,7 @@ def _outside_notes(outside: list[dict[str, Any]], metrics: Metrics) -> list[str]
         f"({o['after_ns'] / 1e6:.2f} ms) after it are not analysed"
         for o in outside
     ]
-    if metrics.steps.excluded.height:
-        names = sorted(set(metrics.steps.excluded["name"].drop_nulls().to_list()))
-        notes.append(
-            f"{len(names)} warm-up/outlier step(s) left out of the window ({', '.join(names)}); "
-            "--all-steps keeps them"
-        )
+    notes += excluded_words(_excluded(metrics, truncated))
     return notes
 
 
@@ -862,7 +909,7 @@ def build_report(
                     "step_ns": r["step_ns"],
                     "reason": r["reason"],
                 }
-                for r in metrics.steps.excluded.iter_rows(named=True)
+                for r in _excluded(metrics, q.truncated)
             ],
         },
         ranks=[
@@ -938,7 +985,7 @@ def build_report(
             "dropped_gpu_example": q.dropped_gpu_example,
             "notes": [
                 *q.notes,
-                *_outside_notes(outside, metrics),
+                *_outside_notes(outside, metrics, q.truncated),
                 *_flops_notes(metrics),
                 *_step_kind_notes(metrics),
             ],

@@ -19,7 +19,7 @@ from traceanalyzer.render.units import (
     saves_heading,
     saving_range_text,
 )
-from traceanalyzer.report import Report
+from traceanalyzer.report import Report, excluded_words
 
 NAME_WIDTH = 90
 #: The width of plain output (piped, NO_COLOR) unless COLUMNS says otherwise.
@@ -158,13 +158,7 @@ def _lines(r: Report, width: int = PLAIN_WIDTH) -> list[str]:
     span = (w["end_ns"] or 0) - (w["start_ns"] or 0)
     if w["basis"] == "steps":
         how = f"from the first to the last step marker ({_step_count(r)}), projected onto GPU work"
-        left = sorted({e["name"] for e in w["excluded_steps"]})
-        if left:
-            how += (
-                f"; {len(left)} warm-up/outlier step(s) left out ({', '.join(left[:4])}"
-                + (", ..." if len(left) > 4 else "")
-                + "; --all-steps keeps them)"
-            )
+        how += "".join(f"; {words}" for words in excluded_words(w["excluded_steps"]))
     else:
         how = "no step markers: from the first to the last GPU operation of each device"
     lines.append(f"window   {duration(span)}, {how}")

@@ -178,3 +178,18 @@ def test_roofline_and_ranks_in_the_browser(pages: dict[str, Path], tmp_path: Pat
     two = chromium(pages["two_ranks"], tmp_path, "--dump-dom")
     assert 'id="ranks"' in two.stdout and "peer wait" in two.stdout
     assert console_lines(two.stderr) == []
+
+
+def test_every_figures_tick_labels_are_text(pages: dict[str, Path], tmp_path: Path) -> None:
+    """In every page the browser renders, every figure's text (tick labels included) is
+    plain text: no mathtext source (`$\\mathdefault{10^{3}}$`) shows; the roofline's log
+    axes carry numbers."""
+    for name, page in pages.items():
+        dom = chromium(page, tmp_path, "--dump-dom").stdout
+        texts = [html.unescape(t) for t in re.findall(r"<text[^>]*>([^<]*)</text>", dom)]
+        assert texts, name
+        assert not [t for t in texts if "$" in t or "mathdefault" in t], name
+        if 'id="flops"' in dom and "arithmetic intensity" in dom:
+            flops = dom[dom.index('<section id="flops">') :]
+            labels = re.findall(r"<text[^>]*>([^<]*)</text>", flops[: flops.index("</section>")])
+            assert any(re.fullmatch(r"[0-9.]+", t.strip()) for t in labels), name

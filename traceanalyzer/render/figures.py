@@ -18,7 +18,7 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
 
 from traceanalyzer.analyses.gpu.idle import CAUSES
 
@@ -372,6 +372,14 @@ def overlap_figure(
     return fig
 
 
+def plain_log_ticks(axis: Any) -> None:
+    """Tick labels of a log axis as plain text (`0.1`, `10`, `1000`): matplotlib's default
+    log labels are mathtext (`$\\mathdefault{10^{3}}$`), which an SVG with text kept as
+    text (`svg.fonttype: none`) shows as its source. Minor ticks unlabelled."""
+    axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
 def roofline_figure(
     points: Sequence[Mapping[str, Any]], roofs: Sequence[tuple[str, float, float]]
 ) -> Figure:
@@ -393,6 +401,8 @@ def roofline_figure(
         ax.scatter(x, y, s=size, alpha=0.6, color="#4e79a7", edgecolors="#2b4a6b")
         ax.set_xscale("log")
         ax.set_yscale("log")
+        for axis in (ax.xaxis, ax.yaxis):
+            plain_log_ticks(axis)
         ax.set_xlabel("arithmetic intensity (FLOPs per byte)")
         ax.set_ylabel("achieved TFLOP/s")
         if roofs:

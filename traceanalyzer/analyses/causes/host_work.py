@@ -38,6 +38,8 @@ shortens no step while the GPU is the bottleneck.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import polars as pl
 
 from traceanalyzer.analyses.causes import signatures as sig
@@ -114,39 +116,55 @@ def cause_calls(timeline: Timeline) -> pl.LazyFrame:
     ranges = events.filter(pl.col("kind").is_in(_HOST_RANGES)).select(
         *_COLS[:3], name=name, start_ns="start_ns", end_ns="end_ns"
     )
-    compiling = ranges.filter(pl.col("name").str.contains(sig.COMPILE_WORK)).with_columns(
-        cause=pl.lit("compilation"), syncs=pl.lit(False), parent=pl.lit(None, pl.String)
+    # each family's plan only where the trace holds its mark: the distinct host names are
+    # few, and every plan skipped is a pass over the host events saved
+    names = (
+        events.filter(pl.col("kind").is_in(_HOST_RANGES))
+        .select(pl.col("name").unique().cast(pl.String))
+        .collect()
+        .to_series()
     )
-    recomputing = forward_in_backward(timeline).with_columns(
-        cause=pl.lit("recompute"), syncs=pl.lit(False), parent=pl.lit(None, pl.String)
+
+    def has(pattern: str) -> bool:
+        return bool(names.str.contains(pattern).any())
+
+    none = pl.LazyFrame(
+        schema={
+            "rank": pl.Int32(),
+            "name": pl.String(),
+            "start_ns": pl.Int64(),
+            "end_ns": pl.Int64(),
+            "syncs": pl.Boolean(),
+            "parent": pl.String(),
+        }
     )
-    filling = zero_fills(ranges).with_columns(
-        cause=pl.lit("zero_grad_fill"), syncs=pl.lit(False), parent=pl.lit(None, pl.String)
-    )
-    batches = batch_work(timeline, ranges).with_columns(
-        cause=pl.lit("host_batch"), parent=pl.lit(None, pl.String)
-    )
-    setup = library_setup(events, ranges).with_columns(
-        cause=pl.lit("library_setup"), parent=pl.lit(None, pl.String)
-    )
-    glue = region_glue(ranges).with_columns(
-        cause=pl.lit("graph_breaks"), parent=pl.lit(None, pl.String)
-    )
-    return pl.concat(
-        [
-            f.select("rank", "cause", "name", "start_ns", "end_ns", "syncs", "parent")
-            for f in (
-                allocator,
-                compiling,
-                _anomaly_checks(ranges),
-                recomputing,
-                filling,
-                batches,
-                setup,
-                glue,
+    families: list[tuple[str, str, Callable[[], pl.LazyFrame]]] = [
+        ("compilation", sig.COMPILE_WORK, lambda: ranges.filter(name_is(sig.COMPILE_WORK))),
+        ("anomaly_checks", sig.ANOMALY_MARK, lambda: _anomaly_checks(ranges)),
+        ("recompute", sig.BACKWARD_FUNCTION, lambda: forward_in_backward(timeline)),
+        ("zero_grad_fill", sig.ZERO_GRAD_RANGE, lambda: zero_fills(ranges)),
+        ("host_batch", sig.FROM_HOST_DATA, lambda: batch_work(timeline, ranges)),
+        ("library_setup", sig.LIBRARY_OP, lambda: library_setup(events, ranges)),
+        ("graph_breaks", sig.REGION_RUN, lambda: region_glue(ranges)),
+    ]
+    found = [allocator.select("rank", "cause", "name", "start_ns", "end_ns", "syncs", "parent")]
+    for cause, mark, plan in families:
+        f = plan() if has(mark) else none
+        if "syncs" not in f.collect_schema():
+            f = f.with_columns(syncs=pl.lit(False))
+        if "parent" not in f.collect_schema():
+            f = f.with_columns(parent=pl.lit(None, pl.String))
+        found.append(
+            f.with_columns(cause=pl.lit(cause)).select(
+                "rank", "cause", "name", "start_ns", "end_ns", "syncs", "parent"
             )
-        ]
-    ).with_columns(pl.col("cause").cast(CAUSE))
+        )
+    return pl.concat(found).with_columns(pl.col("cause").cast(CAUSE))
+
+
+def name_is(pattern: str) -> pl.Expr:
+    """The rows whose name (as text) matches `pattern`."""
+    return pl.col("name").str.contains(pattern)
 
 
 #: A cuDNN operator holding the host this long sets the library up (a plan built for a new

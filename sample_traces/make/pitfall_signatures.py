@@ -8,6 +8,9 @@ usage: python3 pitfall_signatures.py TRACE.json.gz [...]   (prints one JSON obje
        (the second set of pitfalls: compiled regions / cache lookups / compile ranges; conv
        kernels, cuDNN autotuning, layout and batch-norm kernels; the allocator's [memory]
        events; the kernels under index ops; each per step, see the functions at the end)
+       python3 pitfall_signatures.py --ddp|--gemm TRACE.json.gz [...]   (the third set: DDP's
+       forwards, all-reduces and NCCL ranges/kernels by micro-batch; GEMM-like aten ops and
+       their FLOPs from Input Dims, forward vs backward side)
 
 Per ProfilerStep (events whose start lies in the step's host window):
 - allocator: cudaMalloc / cudaFree runtime calls (count, total ms);
@@ -667,9 +670,316 @@ def index_signature(path: str, pattern: re.Pattern = INDEX_OPS) -> dict:
                       for key, v in sorted(d["k"].items())}}
     return {"trace": path.rsplit("/", 1)[-1], "per_step": res}
 
+
+# ---------------------------------------------------------------- the third set (pitfalls3)
+
+DDP_FWD = "DistributedDataParallel.forward"
+COLL = re.compile(r"^(nccl|gloo):")  # the process group's collective ranges
+ALLREDUCE_OP = "c10d::allreduce_"
+
+
+def _side_main(t: _Trace, e: dict) -> str:
+    return "main" if e["tid"] == t.main_tid else "other"
+
+
+def ddp_signature(path: str) -> dict:
+    """Per step: what tells DDP's micro-batches and all-reduce rounds apart. The
+    `DistributedDataParallel.forward` ranges (user_annotation: count, host ms; one per
+    micro-batch); every host range whose name holds "DistributedDataParallel" (count by name
+    and category); `c10d::allreduce_` ops (count, host ms, thread); `nccl:*` (gloo: `gloo:*`) ranges
+    (user_annotation: host count/ms; gpu_user_annotation: count/GPU ms); kernels whose name
+    holds "nccl" (count, GPU ms, by name); the reducer's ranges (names holding "reducer": count,
+    host ms) and the kernels / memcpys launched under them or under c10d::allreduce_ (by
+    correlation from the runtime calls inside them); device-to-device memcpys; all kernels.
+    Then the all-reduces by micro-batch: each `c10d::allreduce_` is given to the last DDP
+    forward that started before it, so `allreduce_per_micro_batch` = [n after forward 1, n after
+    forward 2, ...] and `allreduce_rounds` = how many micro-batches were followed by at least
+    one all-reduce (4 without no_sync, 1 with it on the last micro-batch only)."""
+    t = _Trace(path)
+    is_rt = lambda e: e.get("cat") in RUNTIME_CATS  # noqa: E731
+    chains = t.enclosing(is_rt)
+    per = {n: {"host_ms": _ms(hi - lo), "fwd": [], "ddp_named": Counter(),
+               "ar": [], "ar_tid": Counter(), "nccl_host": defaultdict(lambda: [0, 0.0]),
+               "nccl_gpu": defaultdict(lambda: [0, 0.0]),
+               "nccl_k": defaultdict(lambda: [0, 0.0]), "reducer": defaultdict(lambda: [0, 0.0]),
+               "under": defaultdict(lambda: [0, 0.0]), "d2d": [0, 0, 0.0], "kern": [0, 0.0],
+               "opt_steps": 0}
+           for n, lo, hi in t.windows}
+    for e in t.ev:
+        cat, name = e.get("cat"), e["name"]
+        s = t.step_of(e)
+        if s is None or name.startswith("ProfilerStep#"):
+            continue
+        d = per[s]
+        if cat == "kernel":
+            d["kern"][0] += 1
+            d["kern"][1] += e["dur"]
+            if "nccl" in name.lower():
+                r = d["nccl_k"][name[:140]]
+                r[0] += 1
+                r[1] += e["dur"]
+            continue
+        if cat == "gpu_memcpy":
+            if "dtod" in name.lower():
+                d["d2d"][0] += 1
+                d["d2d"][1] += int((e.get("args") or {}).get("bytes", 0))
+                d["d2d"][2] += e["dur"]
+            continue
+        if cat == "gpu_user_annotation":
+            if COLL.search(name):
+                r = d["nccl_gpu"][name]
+                r[0] += 1
+                r[1] += e["dur"]
+            if "DistributedDataParallel" in name:
+                d["ddp_named"][f"{name} [gpu_user_annotation]"] += 1
+            continue
+        if cat in RUNTIME_CATS:
+            chain = chains.get(id(e), [])
+            keys = [p["name"] for p in chain if p["name"] == ALLREDUCE_OP
+                    or "reducer" in p["name"]]
+            if keys:
+                key = keys[-1]
+                for k in t.gpu_by_corr.get((e.get("args") or {}).get("correlation"), []):
+                    r = d["under"][f"{key} > [{k.get('cat')}] {k['name'][:120]}"]
+                    r[0] += 1
+                    r[1] += k["dur"]
+            continue
+        if cat not in HOST_CATS:
+            continue
+        if "DistributedDataParallel" in name:
+            d["ddp_named"][f"{name} [{cat}]"] += 1
+        if name == DDP_FWD and cat == "user_annotation":
+            d["fwd"].append(e)
+        elif name == ALLREDUCE_OP:
+            d["ar"].append(e)
+            d["ar_tid"][_side_main(t, e)] += 1
+        elif COLL.search(name):
+            r = d["nccl_host"][f"{name} [{cat}]"]
+            r[0] += 1
+            r[1] += e["dur"]
+        elif "reducer" in name:
+            r = d["reducer"][name]
+            r[0] += 1
+            r[1] += e["dur"]
+        elif name.startswith("Optimizer.step#"):
+            d["opt_steps"] += 1
+
+    def table(v: dict, n: int = 8) -> dict:
+        return {k: {"count": x[0], "ms": _ms(x[1])}
+                for k, x in sorted(v.items(), key=lambda kv: -kv[1][1])[:n]}
+
+    res = {}
+    for n, d in per.items():
+        fwd_ts = sorted(f["ts"] for f in d["fwd"])
+        by_mb = [0] * len(fwd_ts)
+        before_first = 0
+        for a in d["ar"]:
+            i = sum(1 for ts in fwd_ts if ts <= a["ts"]) - 1
+            if i < 0:
+                before_first += 1
+            else:
+                by_mb[i] += 1
+        nk = d["nccl_k"]
+        res[n] = {
+            "host_ms": d["host_ms"],
+            "ddp_forwards": len(d["fwd"]),
+            "ddp_forward_host_ms": _ms(sum(f["dur"] for f in d["fwd"])),
+            "ddp_named_ranges": dict(sorted(d["ddp_named"].items())),
+            "allreduce_ops": len(d["ar"]),
+            "allreduce_op_host_ms": _ms(sum(a["dur"] for a in d["ar"])),
+            "allreduce_op_threads": dict(d["ar_tid"]),
+            "allreduce_per_micro_batch": by_mb,
+            "allreduce_before_first_forward": before_first,
+            "allreduce_rounds": sum(1 for c in by_mb if c),
+            "nccl_host_ranges": table(d["nccl_host"]),
+            "nccl_gpu_ranges": table(d["nccl_gpu"]),
+            "nccl_kernels": sum(x[0] for x in nk.values()),
+            "nccl_kernel_gpu_ms": _ms(sum(x[1] for x in nk.values())),
+            "nccl_kernels_by_name": table(nk),
+            "reducer_ranges": table(d["reducer"], 10),
+            "gpu_work_under_reducer_or_allreduce": table(d["under"], 10),
+            "memcpy_dtod": {"count": d["d2d"][0], "mib": round(d["d2d"][1] / 2**20, 1),
+                            "gpu_ms": _ms(d["d2d"][2])},
+            "kernels": d["kern"][0],
+            "kernel_gpu_ms": _ms(d["kern"][1]),
+            "optimizer_steps": d["opt_steps"],
+        }
+    return {"trace": path.rsplit("/", 1)[-1], "per_step": res}
+
+
+#: the GEMM-like aten ops whose FLOPs gemm_signature counts from their Input Dims; the inner
+#: attention ops are counted (without FLOPs) only where no _scaled_dot_product_* op holds them
+GEMM_FLOP_OPS = re.compile(r"^aten::(mm|addmm|bmm|baddbmm|_scaled_dot_product_\w+)$")
+SDPA_INNER = re.compile(r"^aten::_(flash|efficient|cudnn)_attention_(forward|backward)$")
+BWD_MARK = re.compile(r"^autograd::engine::evaluate_function|CompiledFunctionBackward")
+EAGER_FWD_OPS = ("aten::linear", "aten::layer_norm", "aten::embedding",
+                 "aten::scaled_dot_product_attention")
+GEMM_KERNEL = re.compile(r"gemm|nvjet|cutlass|xmma|cublas|triton_tem|flash|fmha|attn|"
+                         r"attention|sdpa", re.I)
+
+
+def gemm_op_flops(name: str, dims, causal: bool = True):
+    """FLOPs of one GEMM-like aten op from its recorded Input Dims (None when the dims are not
+    there or do not fit). mm [M,K] x [K,N], addmm (bias, [M,K], [K,N]), bmm / baddbmm
+    [B,M,K] x [B,K,N]: 2*M*N*K (x B). SDPA forward (q, k, v first; q [B,H,T,D], k [B,H,S,D]):
+    QK^T and PV, 4*B*H*T*S*D, halved when causal; SDPA backward (grad_out, q, k, v, ...): its
+    gradient GEMMs, twice the forward's (a flash / cuDNN backward also recomputes QK^T: 2.5x
+    the forward really runs; that recompute is not counted here)."""
+    if not dims:
+        return None
+    try:
+        op = name[len("aten::"):]
+        if op == "mm":
+            (m, k), (_, n) = dims[0], dims[1]
+            return 2 * m * n * k
+        if op == "addmm":
+            (m, k), (_, n) = dims[1], dims[2]
+            return 2 * m * n * k
+        if op == "bmm":
+            (b, m, k), (_, _, n) = dims[0], dims[1]
+            return 2 * b * m * n * k
+        if op == "baddbmm":
+            (b, m, k), (_, _, n) = dims[1], dims[2]
+            return 2 * b * m * n * k
+        if op.startswith("_scaled_dot_product_"):
+            bwd = op.endswith("_backward")
+            q, kk = (dims[1], dims[2]) if bwd else (dims[0], dims[1])
+            b, h, tq, dh = q
+            s = kk[2]
+            f = 4 * b * h * tq * s * dh
+            if causal:
+                f //= 2
+            return 2 * f if bwd else f
+    except (TypeError, ValueError, IndexError):
+        return None
+    return None
+
+
+def gemm_signature(path: str, causal: bool = True) -> dict:
+    """Per step: the GEMM-like aten ops (GEMM_FLOP_OPS: aten::mm, aten::addmm, aten::bmm,
+    aten::baddbmm, aten::_scaled_dot_product_*; the outermost of nested matches only) on the
+    forward side (the main thread: the thread of the ProfilerStep ranges) vs the backward side
+    (another thread -- autograd's engine runs the backward of CUDA tensors on a thread of its
+    own -- or inside an `autograd::engine::evaluate_function` / `CompiledFunctionBackward`
+    range): count and FLOPs by name (gemm_op_flops over the recorded Input Dims), how many had
+    no usable dims, and the ranges right above them (e.g. `## Call CompiledFxGraph ... ##`,
+    `aten::linear`); the ratios backward / forward FLOPs of the matmul ops (mm/addmm/bmm) and
+    of all of them (with SDPA); forward-type SDPA ops on the backward side (a recompute); the
+    eager module ops (aten::linear, aten::layer_norm, ...) on each side; the kernels each side
+    launched (by correlation): count, GPU ms, and those with GEMM/attention-like names
+    (GEMM_KERNEL) by name with the op right above their launch."""
+    t = _Trace(path)
+    keep = lambda e: (e.get("cat") in RUNTIME_CATS  # noqa: E731
+                      or (e.get("cat") == "cpu_op" and (GEMM_FLOP_OPS.search(e["name"])
+                                                        or SDPA_INNER.search(e["name"])
+                                                        or e["name"] in EAGER_FWD_OPS)))
+    chains = t.enclosing(keep)
+
+    def side(e, chain) -> str:
+        if e["tid"] != t.main_tid or any(BWD_MARK.search(p["name"]) for p in chain):
+            return "backward"
+        return "forward"
+
+    def new_side():
+        return {"ops": Counter(), "flops": Counter(), "no_dims": Counter(), "parents": Counter(),
+                "inner_sdpa": Counter(), "eager": Counter(), "fwd_sdpa": 0,
+                "kern": [0, 0.0], "gk": defaultdict(lambda: [0, 0.0])}
+
+    per = {n: {"host_ms": _ms(hi - lo), "forward": new_side(), "backward": new_side(),
+               "under_compiled_backward": Counter()} for n, lo, hi in t.windows}
+    for e in t.ev:
+        cat, name = e.get("cat"), e["name"]
+        if cat in ("kernel", "gpu_memcpy", "gpu_memset"):
+            continue
+        s = t.step_of(e)
+        if s is None:
+            continue
+        if cat in RUNTIME_CATS:
+            chain = chains.get(id(e), [])
+            sd = per[s][side(e, chain)]
+            for k in t.gpu_by_corr.get((e.get("args") or {}).get("correlation"), []):
+                if k.get("cat") != "kernel":
+                    continue
+                sd["kern"][0] += 1
+                sd["kern"][1] += k["dur"]
+                if GEMM_KERNEL.search(k["name"]):
+                    op = next((p["name"] for p in reversed(chain) if p.get("cat") == "cpu_op"),
+                              chain[-1]["name"] if chain else None)
+                    r = sd["gk"][f"{k['name'][:110]} < {op}"]
+                    r[0] += 1
+                    r[1] += k["dur"]
+            continue
+        if cat != "cpu_op":
+            continue
+        if name in EAGER_FWD_OPS:
+            per[s][side(e, chains.get(id(e), []))]["eager"][name] += 1
+            continue
+        if id(e) not in chains:
+            continue
+        chain = chains[id(e)]
+        if any(GEMM_FLOP_OPS.search(p["name"]) or SDPA_INNER.search(p["name"]) for p in chain):
+            continue  # nested in another counted op
+        sd = per[s][side(e, chain)]
+        if any("CompiledFunctionBackward" in p["name"] for p in chain):
+            per[s]["under_compiled_backward"][name] += 1
+        parent = chain[-1]["name"] if chain else None
+        if parent and parent.startswith("## Call CompiledFxGraph"):
+            parent = "## Call CompiledFxGraph ... ##"
+        sd["parents"][f"{name} < {parent}"] += 1
+        if SDPA_INNER.search(name):
+            sd["inner_sdpa"][name] += 1
+            continue
+        sd["ops"][name] += 1
+        if name.startswith("aten::_scaled_dot_product_") and not name.endswith("_backward"):
+            sd["fwd_sdpa"] += 1
+        f = gemm_op_flops(name, (e.get("args") or {}).get("Input Dims"), causal)
+        if f is None:
+            sd["no_dims"][name] += 1
+        else:
+            sd["flops"][name] += f
+
+    def mat(c: Counter) -> int:
+        return sum(v for k, v in c.items() if not k.startswith("aten::_scaled_dot_product_"))
+
+    res = {}
+    for n, d in per.items():
+        out = {"host_ms": d["host_ms"]}
+        for sname in ("forward", "backward"):
+            sd = d[sname]
+            out[sname] = {
+                "gemm_ops": dict(sorted(sd["ops"].items())),
+                "gemm_ops_total": sum(sd["ops"].values()),
+                "flops_by_op": dict(sorted(sd["flops"].items())),
+                "matmul_flops": mat(sd["flops"]),
+                "all_flops": sum(sd["flops"].values()),
+                "ops_without_usable_dims": dict(sd["no_dims"]),
+                "op_parents": dict(sd["parents"].most_common(10)),
+                "inner_attention_ops_outermost": dict(sd["inner_sdpa"]),
+                "forward_sdpa_ops": sd["fwd_sdpa"],
+                "eager_module_ops": dict(sorted(sd["eager"].items())),
+                "kernels": sd["kern"][0],
+                "kernel_gpu_ms": _ms(sd["kern"][1]),
+                "gemm_like_kernels": sum(x[0] for x in sd["gk"].values()),
+                "gemm_like_kernel_gpu_ms": _ms(sum(x[1] for x in sd["gk"].values())),
+                "gemm_like_kernels_by_name": {
+                    k: {"count": x[0], "gpu_ms": _ms(x[1])}
+                    for k, x in sorted(sd["gk"].items(), key=lambda kv: -kv[1][1])[:10]},
+            }
+        fw, bw = out["forward"], out["backward"]
+        out["ratio_backward_to_forward_matmul_flops"] = (
+            round(bw["matmul_flops"] / fw["matmul_flops"], 4) if fw["matmul_flops"] else None)
+        out["ratio_backward_to_forward_all_flops"] = (
+            round(bw["all_flops"] / fw["all_flops"], 4) if fw["all_flops"] else None)
+        out["gemm_ops_under_compiled_backward"] = dict(sorted(d["under_compiled_backward"].items()))
+        res[n] = out
+    return {"trace": path.rsplit("/", 1)[-1], "per_step": res, "sdpa_causal_assumed": causal,
+            "flops_rule": "mm/addmm 2*M*N*K, bmm 2*B*M*N*K; SDPA forward 4*B*H*T*S*D (/2 causal)"
+            ", SDPA backward 2x that (its gradient GEMMs)"}
+
 if __name__ == "__main__":
     _MODES = {"--compile": compile_signature, "--conv": conv_signature,
-              "--memory": memory_signature, "--index": index_signature}
+              "--memory": memory_signature, "--index": index_signature,
+              "--ddp": ddp_signature, "--gemm": gemm_signature}
     if sys.argv[1:2] and sys.argv[1] in _MODES:
         for p in sys.argv[2:]:
             print(json.dumps(_MODES[sys.argv[1]](p), sort_keys=True))

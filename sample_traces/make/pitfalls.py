@@ -121,6 +121,34 @@ The second set (pitfalls2; `run_pitfalls.sh` with SCENARIOS=pitfalls2a / pitfall
                            deterministic algorithms off (added in a third command).
 Each of these prints, after its trace, the matching pitfall_signatures.py function's result
 (compile_signature, conv_signature, memory_signature, index_signature) as a FACT.
+
+The third set (pitfalls3; `run_pitfalls.sh` with SCENARIOS=pitfalls3):
+  ddp_accum_without_no_sync  the GPT (GPT_CFG, bf16 autocast, AdamW fused over the DDP model's
+                           parameters) under torch.nn.parallel.DistributedDataParallel on ONE
+                           process: world_size 1, backend "nccl" (gloo in a dry run), env://
+                           (MASTER_ADDR 127.0.0.1, a free MASTER_PORT, RANK 0, WORLD_SIZE 1 set
+                           here where not set), device_ids [0], NCCL_NVLS_ENABLE=0, DDP's
+                           defaults otherwise (25 MiB buckets, gradient_as_bucket_view False).
+                           Gradient accumulation: 4 micro-batches of BATCH / 4 = 4 sequences of
+                           SEQ tokens per optimizer step (the 4 GPU batches split in 4), loss / 4,
+                           backward on each WITHOUT model.no_sync(): DDP all-reduces the gradients
+                           after every micro-batch; then opt.step(), zero_grad(set_to_none=True).
+                           One profiler step per optimizer step (4 micro-batches). Fix: `with
+                           model.no_sync():` around the first 3 micro-batches' forward + backward
+                           (the all-reduce on the last only). world_size 1: an all-reduce still
+                           runs DDP's reducer and NCCL's call but moves nothing between GPUs, so
+                           the saving measured is the 1-rank saving.
+  ddp_accum_with_no_sync   the twin (a process of its own): the same timing, the no_sync loop
+                           profiled. Both print ddp_signature (pitfall_signatures.py).
+  checkpoint_compiled      the GPT with every block under torch.utils.checkpoint.checkpoint(blk,
+                           x, use_reentrant=False) (GPTCkptCompiled), the whole model under
+                           torch.compile (default mode): the recompute happens inside the
+                           compiled backward. Fix: the same model compiled without checkpointing
+                           (GPTNoCkpt). Both compiled and warmed up (3 steps each), 3 interleaved
+                           rounds, peak memory of each; the checkpointed one profiled.
+  compiled_no_checkpoint   the twin: only the model without checkpointing, compiled, timed,
+                           profiled. Both print gemm_signature (GEMM-like aten ops and their FLOPs
+                           from Input Dims, forward vs backward side) and compile_signature.
 """
 
 from __future__ import annotations
@@ -1608,6 +1636,198 @@ def sc_deterministic(scenario: str, out: str) -> None:
     sig_fact(scenario, "index_signature", path)
 
 
+
+# ================================================================ the third set (pitfalls3)
+
+ACCUM = 4  # micro-batches per optimizer step (ddp_accum_*): BATCH / ACCUM sequences each
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as so:
+        so.bind(("127.0.0.1", 0))
+        return so.getsockname()[1]
+
+
+def _ddp_init(scenario: str):
+    """A one-process group (world_size 1): env:// with MASTER_ADDR / MASTER_PORT / RANK /
+    WORLD_SIZE set here where they are not; NCCL (gloo in a dry run on the CPU)."""
+    import torch.distributed as dist
+
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    os.environ.setdefault("RANK", "0")
+    os.environ.setdefault("WORLD_SIZE", "1")
+    os.environ.setdefault("LOCAL_RANK", "0")
+    backend = "gloo" if DRY else "nccl"
+    if DEV == "cuda":
+        torch.cuda.set_device(0)
+    dist.init_process_group(backend, init_method="env://")
+    info = dict(backend=backend, world_size=dist.get_world_size(), rank=dist.get_rank(),
+                master=f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}",
+                nccl_nvls_enable=os.environ.get("NCCL_NVLS_ENABLE"))
+    with contextlib.suppress(Exception):
+        if not DRY:
+            info["nccl_version"] = ".".join(map(str, torch.cuda.nccl.version()))
+    fact(scenario=scenario, process_group=info)
+    return dist
+
+
+def _ddp_logging(ddp) -> dict:
+    try:
+        d = ddp._get_ddp_logging_data()
+    except Exception as e:
+        return {"error": repr(e)}
+    keep = {}
+    for k, v in d.items():
+        if re.search(r"bucket|world_size|backend|gradient_as|static|find_unused|comm_hook|"
+                     r"rebuilt|device|num_|join|params", k):
+            keep[k] = v if isinstance(v, (int, float, bool)) else str(v)[:300]
+    return keep
+
+
+def sc_ddp_accum(scenario: str, out: str) -> None:
+    """The GPT under DistributedDataParallel on one process (world_size 1, NCCL, cuda:0),
+    4 micro-batches of BATCH / 4 sequences per optimizer step, loss / 4, backward on each.
+    ddp_accum_without_no_sync: DDP all-reduces after every micro-batch's backward (profiled);
+    ddp_accum_with_no_sync (twin, its own process): `with model.no_sync():` around the first 3
+    micro-batches (forward + backward), the all-reduce on the last only (profiled). Both
+    processes time both loops, interleaved."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    twin = scenario == "ddp_accum_with_no_sync"
+    dist = _ddp_init(scenario)
+    model, _ = gpt()
+    ddp = DDP(model, device_ids=[0] if DEV == "cuda" else None)
+    opt = torch.optim.AdamW(ddp.parameters(), lr=3e-4, fused=True)
+    bs = token_batches(4, BATCH, SEQ, model.vocab)
+    mb = BATCH // ACCUM
+    micro = [[(x[j * mb:(j + 1) * mb], y[j * mb:(j + 1) * mb]) for j in range(ACCUM)]
+             for x, y in bs]
+    gpt_facts(scenario, model, BATCH, SEQ)
+    V = model.vocab
+
+    def make(no_sync: bool):
+        def step(i):
+            for j, (xm, ym) in enumerate(micro[i % len(micro)]):
+                ctx = ddp.no_sync() if no_sync and j < ACCUM - 1 else contextlib.nullcontext()
+                with ctx:
+                    with torch.autocast(DEV, dtype=torch.bfloat16):
+                        logits = ddp(xm)
+                    loss = F.cross_entropy(logits.float().reshape(-1, V), ym.reshape(-1))
+                    (loss / ACCUM).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        return step
+
+    pit, fixed = make(False), make(True)
+    fact(scenario=scenario, ddp=dict(
+        world_size=dist.get_world_size(), micro_batches_per_step=ACCUM,
+        micro_batch=[mb, SEQ], tokens_per_step=BATCH * SEQ, loss_scale=f"1/{ACCUM}",
+        device_ids=[0] if DEV == "cuda" else None, bucket_cap_mb="25 (default)",
+        gradient_as_bucket_view=False, find_unused_parameters=False,
+        profiled="pitfall: no no_sync (4 all-reduce rounds per step)" if not twin else
+        "fixed: no_sync around micro-batches 1-3 (1 all-reduce round per step)",
+        note="world_size 1: each all-reduce still runs DDP's reducer (gradients copied into "
+        "the flat buckets, divided by the world size, the bucket all-reduced, copied back) "
+        "and NCCL's call, but moves nothing between GPUs; the saving measured is the 1-rank "
+        "saving (the reducer's work), not the network time of a real multi-GPU run"))
+    res = timed_rounds(scenario, {"pitfall": (pit, None), "fixed": (fixed, None)})
+    fact(scenario=scenario, ddp_logging_data=_ddp_logging(ddp))
+    truth(scenario, res, what_pitfall="DDP (world_size 1), 4 micro-batches per optimizer step, "
+          "backward on each WITHOUT no_sync: the gradients all-reduced after every micro-batch",
+          what_fixed="model.no_sync() around the first 3 micro-batches' forward + backward: "
+          "one all-reduce round per optimizer step",
+          world_size=dist.get_world_size(), micro_batches_per_step=ACCUM,
+          allreduce_rounds_per_step={"pitfall": ACCUM, "fixed": 1},
+          note="world_size 1: NCCL moves nothing between GPUs; the saving is the 1-rank saving "
+          "(DDP's bucket copies / division and NCCL's call per round)")
+    path = profile_run(scenario, out, fixed if twin else pit)
+    sig_fact(scenario, "ddp_signature", path)
+    dist.destroy_process_group()
+
+
+class GPTCkptCompiled(CkptGPT):
+    """CkptGPT with checkpointing always on and a forward code object of its own (compiled)."""
+
+    use_ckpt = True
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.trunk(self.embed(idx))
+
+
+class GPTNoCkpt(C.GPT):
+    """common.GPT with a forward code object of its own (compiled, no checkpointing)."""
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.trunk(self.embed(idx))
+
+
+def sc_checkpoint_compiled(scenario: str, out: str) -> None:
+    """checkpoint_compiled: the GPT with every block under checkpoint(blk, x,
+    use_reentrant=False), the whole model under torch.compile (default mode): the recompute
+    happens inside the compiled backward. Fixed: the same model compiled without
+    checkpointing. Both compiled and warmed up (3 steps each), 3 interleaved rounds, peak
+    memory of each, then the checkpointed one profiled. compiled_no_checkpoint (twin): the
+    model without checkpointing only: compiled, timed, profiled."""
+    twin = scenario == "compiled_no_checkpoint"
+    bs = token_batches(4, BATCH, SEQ, GPT_CFG["vocab"])
+    models = {}
+    if not twin:
+        models["pitfall"] = gpt(GPTCkptCompiled)
+    models["fixed"] = gpt(GPTNoCkpt)
+    gpt_facts(scenario, models["fixed"][0], BATCH, SEQ)
+    compiled = {k: (torch.compile(m, **COMPILE_KW), o) for k, (m, o) in models.items()}
+
+    def make_step(k):
+        m, o = compiled[k]
+
+        def step(i):
+            x, y = bs[i % len(bs)]
+            gpt_step(m, o, x, y)
+
+        return step
+
+    steps = {k: make_step(k) for k in compiled}
+    for k in steps:
+        c0 = dynamo_counts(None)
+        t0 = time.perf_counter()
+        for i in range(3):
+            steps[k](i)
+        sync()
+        fact(scenario=scenario, variant=k, compile_and_3_steps_s=round(time.perf_counter() - t0, 2),
+             dynamo_before=c0, dynamo_after=dynamo_counts(None))
+    res = timed_rounds(scenario, {k: (s_, None) for k, s_ in steps.items()})
+    peaks = {}
+    if DEV == "cuda":
+        for k, fn in steps.items():
+            fn(0)
+            sync()
+            torch.cuda.reset_peak_memory_stats()
+            fn(1)
+            sync()
+            peaks[k] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
+        torch.cuda.reset_peak_memory_stats()
+    counts = dynamo_counts(None)
+    if twin:
+        fact(scenario=scenario, truth=True, fixed_step_ms=round(statistics.mean(res["fixed"]), 3),
+             fixed_rounds_ms=res["fixed"], what="torch.compile(model) (default mode), no "
+             "checkpointing (the fixed variant of checkpoint_compiled)", peak_mem_mib=peaks,
+             dynamo_stats=counts.get("stats"))
+    else:
+        truth(scenario, res, what_pitfall="torch.compile(model) (default mode), every block under "
+              "torch.utils.checkpoint.checkpoint(blk, x, use_reentrant=False): the blocks' "
+              "forward recomputed inside the compiled backward",
+              what_fixed="the same model compiled without checkpointing", peak_mem_mib=peaks,
+              dynamo_stats=counts.get("stats"))
+    path = profile_run(scenario, out, steps["fixed" if twin else "pitfall"])
+    sig_fact(scenario, "gemm_signature", path)
+    sig_fact(scenario, "compile_signature", path)
+
+
 SCENARIOS = {
     "empty_cache_every_step": sc_allocator,
     "allocator_steady": sc_allocator,
@@ -1637,6 +1857,11 @@ SCENARIOS = {
     "allocator_steady_memory_profiled": sc_allocator,
     "deterministic_index_add": sc_deterministic,
     "deterministic_off_index_add": sc_deterministic,
+    # the third set (pitfalls3)
+    "ddp_accum_without_no_sync": sc_ddp_accum,
+    "ddp_accum_with_no_sync": sc_ddp_accum,
+    "checkpoint_compiled": sc_checkpoint_compiled,
+    "compiled_no_checkpoint": sc_checkpoint_compiled,
 }
 
 

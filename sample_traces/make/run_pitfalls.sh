@@ -17,7 +17,10 @@
 #   empty_cache_memory_profiled, allocator_steady_memory_profiled, deterministic_index_add
 #   (and, named alone, deterministic_off_index_add: the twin, profiled with it off);
 #   their traces go to P5.tar (compile), P6.tar (cuDNN, conv18) and P7.tar (memory,
-#   deterministic). DEADLINE_S (default 540):
+#   deterministic). SCENARIOS=pitfalls3 runs the third set: ddp_accum_without_no_sync,
+#   ddp_accum_with_no_sync (DDP on one process, NCCL, world_size 1), checkpoint_compiled,
+#   compiled_no_checkpoint; their traces go to P8.tar (DDP) and P9.tar (compiled).
+#   DEADLINE_S (default 540):
 #   each scenario's timeout is cut so that the whole run ends by then; a scenario that would
 #   get under 20 s is skipped. A failed scenario is reported and the run goes on.
 #   PITFALLS_DRY=1 runs tiny sizes on the CPU (checks the scripts; no GPU).
@@ -37,6 +40,9 @@
 #     DEADLINE_S=330 bash sample_traces/make/run_pitfalls.sh /tmp/o                     # 91 s
 #   SCENARIOS=deterministic_off_index_add FACTS_OUT=$OUT/facts_pitfalls2c.json \
 #     TARPREFIX=$OUT/tracesC DEADLINE_S=120 bash sample_traces/make/run_pitfalls.sh /tmp/o  # 35 s
+# The third set (2026-12-02, one H200; facts_pitfalls3.json): one command,
+#   SCENARIOS=pitfalls3 FACTS_OUT=$OUT/facts_pitfalls3.json TARPREFIX=$OUT/traces \
+#     DEADLINE_S=555 bash sample_traces/make/run_pitfalls.sh /tmp/o > $OUT/log_pitfalls3.txt 2>&1  # 111 s
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 OUTDIR=${1:?usage: run_pitfalls.sh OUTDIR}
@@ -49,12 +55,15 @@ export PYTHONUNBUFFERED=1
 START=$(date +%s)
 SCENARIOS=${SCENARIOS:-"empty_cache_every_step allocator_steady recompile_every_step compile_dynamic_shapes anomaly_detection_on item_logging_per_layer conv_nchw_bf16 conv_channels_last_bf16 checkpoint_every_block slow_every_other_step zero_grad_fill host_tensor_every_step"}
 P2A="recompile_limit_hit graph_breaks_per_step graph_breaks_none cudnn_benchmark_new_shapes cudnn_nobenchmark_new_shapes"
+P3="ddp_accum_without_no_sync ddp_accum_with_no_sync checkpoint_compiled compiled_no_checkpoint"
 P2B="conv18_nchw_bf16 conv18_channels_last_bf16 conv18_nchw_fp32_notf32 empty_cache_memory_profiled allocator_steady_memory_profiled deterministic_index_add"
 case "$SCENARIOS" in
   pitfalls2) SCENARIOS="$P2A $P2B" ;;
   pitfalls2a) SCENARIOS="$P2A" ;;
   pitfalls2b) SCENARIOS="$P2B" ;;
+  pitfalls3) SCENARIOS="$P3" ;;
 esac
+export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
 if [ "${PITFALLS_DRY:-0}" != 1 ]; then
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader || true
 fi
@@ -65,7 +74,9 @@ $PY -c 'import torchvision; print("torchvision", torchvision.__version__)' 2>/de
 limit_of() {
   case "$1" in
     recompile_every_step) echo 220 ;;
-    recompile_limit_hit) echo 200 ;;
+    recompile_limit_hit|checkpoint_compiled) echo 200 ;;
+    compiled_no_checkpoint) echo 130 ;;
+    ddp_accum_*) echo 100 ;;
     graph_breaks_per_step|cudnn_benchmark_new_shapes) echo 160 ;;
     compile_dynamic_shapes) echo 130 ;;
     graph_breaks_none|cudnn_nobenchmark_new_shapes) echo 110 ;;
@@ -81,6 +92,8 @@ tar_of() {
     recompile_limit_hit|graph_breaks_*) echo 5 ;;
     cudnn_*|conv18_*) echo 6 ;;
     *_memory_profiled|deterministic_*) echo 7 ;;
+    ddp_accum_*) echo 8 ;;
+    checkpoint_compiled|compiled_no_checkpoint) echo 9 ;;
     *) echo 3 ;;
   esac
 }

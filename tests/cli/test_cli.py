@@ -185,7 +185,7 @@ def test_terminal_uses_tables_on_a_tty_and_plain_text_otherwise(
     RENDERERS["terminal"].render(rep, tty)
     assert "┏" in tty.getvalue() and "severity" in tty.getvalue()
     # every section of the piped text is on the terminal too, the critical path included
-    assert "Critical path (what bounds step time)" in tty.getvalue()
+    assert "Critical path (what bounds the " in tty.getvalue()
     assert "verdict" in tty.getvalue()
     monkeypatch.setenv("NO_COLOR", "1")
     plain = _Tty()

@@ -573,6 +573,21 @@ def test_causes_only_where_the_truth_expects_them(name: str, scratch: str) -> No
     assert found <= set(CASES[name].must), found
 
 
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_one_step_time_inside_the_steady_steps_range(name: str, scratch: str) -> None:
+    """The verdict's step time is the job's loop period (the slowest rank's) and lies inside
+    the range of its single steps measured the same way, on every recorded trace."""
+    doc = _report(name, scratch)
+    periods = [p["period"] for p in doc["critical_path"] if p.get("period") and p["steps"]]
+    if not periods or doc["verdict"]["step_ns"] is None:
+        return
+    job = max(periods, key=lambda q: q["period_ns"])
+    step = doc["verdict"]["step_ns"]
+    assert step == job["period_ns"]
+    if job["min_ns"] is not None and job["max_ns"] is not None:
+        assert job["min_ns"] - 1 <= step <= job["max_ns"] + 1, (job, step)
+
+
 def test_every_gpu_trace_has_a_truth() -> None:
     traces = {
         p.name for p in GPU.iterdir() if p.name != "README.md" and not p.name.startswith("facts_")

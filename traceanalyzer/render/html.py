@@ -225,7 +225,8 @@ def _header(r: Report) -> list[tuple[str, str]]:
     w = r.window
     span = None if w["start_ns"] is None or w["end_ns"] is None else w["end_ns"] - w["start_ns"]
     basis = (
-        "from the first to the last step marker, projected onto GPU work"
+        "from the first to the last step marker, each device's from its first steady step's "
+        "GPU work"
         if w["basis"] == "steps"
         else "no step markers: first to last GPU work per device"
     )

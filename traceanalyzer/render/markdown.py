@@ -7,7 +7,7 @@ from typing import TextIO
 
 from traceanalyzer.render.grouping import group_findings, ranks_text
 from traceanalyzer.render.kernel_names import short_names
-from traceanalyzer.render.ranks import HEADINGS, cells, folded_note, rank_table
+from traceanalyzer.render.ranks import HEADINGS, cells, folded_note, rank_table, step_heading
 from traceanalyzer.render.units import duration, percent, printable, saving_range_text
 from traceanalyzer.report import Report
 
@@ -92,7 +92,7 @@ class MarkdownRenderer:
             labelled = table.folded > 0  # which rank each is: only where some were folded
             lines += [
                 "",
-                "### Ranks (per steady step, medians)",
+                f"### Ranks ({step_heading(r)}, medians)",
                 "",
                 "| " + " | ".join(HEADINGS) + (" | |" if labelled else " |"),
                 "|" + "---|" * (len(HEADINGS) + labelled),

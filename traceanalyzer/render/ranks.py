@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from traceanalyzer.render.units import duration
+from traceanalyzer.report import Report
 
 #: A job of at most this many ranks shows every rank.
 SHOW_ALL = 8
@@ -25,7 +26,6 @@ MAX_OUTLIERS = 8
 #: The table's columns: heading, and the rank's cell.
 HEADINGS: tuple[str, ...] = (
     "rank",
-    "step",
     "own",
     "GPU work",
     "host wait",
@@ -88,7 +88,6 @@ def cells(row: Mapping[str, Any]) -> list[str]:
     """The cells of one rank, in HEADINGS' order."""
     return [
         str(row["rank"]),
-        _ns(row.get("step_ns")),
         _ns(row.get("own_ns")),
         _ns(row.get("gpu_work_ns")),
         _ns(row.get("host_wait_ns")),
@@ -108,3 +107,10 @@ def folded_note(table: RankTable) -> str | None:
         f"{table.folded} of {table.total} ranks that look like the median rank are folded "
         f"(own time within {OUTLIER_SHARE:.0%} of it); the JSON report lists every rank"
     )
+
+
+def step_heading(report: Report) -> str:
+    """`per steady step of 96.3 ms`: the job's one step time (the verdict's: the collectives
+    couple the ranks, so every rank's step is the job's), where the report has one."""
+    step = report.verdict["step_ns"] if report.verdict else None
+    return f"per steady step of {duration(step)}" if step else "per steady step"

@@ -11,7 +11,7 @@ import polars as pl
 
 from traceanalyzer.render.grouping import group_findings, ranks_text
 from traceanalyzer.render.kernel_names import short_names
-from traceanalyzer.render.ranks import HEADINGS, cells, folded_note, rank_table
+from traceanalyzer.render.ranks import HEADINGS, cells, folded_note, rank_table, step_heading
 from traceanalyzer.render.units import (
     duration,
     percent,
@@ -133,8 +133,9 @@ def _render_rich(r: Report, out: TextIO) -> None:
         table.add_row("", "", "none: no rule fired", "")
     console.print(table)
     # everything after the diagnoses: the critical path (when there is one), then the tables
-    heads = ("Critical path (what bounds step time)", "GPU time per device (inside the window)")
-    rest = lines[min(lines.index(h) for h in heads if h in lines) - 1 :]
+    heads = ("Critical path (", "GPU time per device (inside the window)")
+    first = min(i for i, line in enumerate(lines) if line.startswith(heads))
+    rest = lines[first - 1 :]
     for line in rest:
         style = "bold" if line and not line.startswith(" ") else None
         console.print(Text(line, style=style or ""))
@@ -157,7 +158,10 @@ def _lines(r: Report, width: int = PLAIN_WIDTH) -> list[str]:
     w = r.window
     span = (w["end_ns"] or 0) - (w["start_ns"] or 0)
     if w["basis"] == "steps":
-        how = f"from the first to the last step marker ({_step_count(r)}), projected onto GPU work"
+        how = (
+            f"from the first to the last step marker ({_step_count(r)}), each device's from"
+            " its first steady step's GPU work"
+        )
         how += "".join(f"; {words}" for words in excluded_words(w["excluded_steps"]))
     else:
         how = "no step markers: from the first to the last GPU operation of each device"
@@ -205,9 +209,13 @@ def _lines(r: Report, width: int = PLAIN_WIDTH) -> list[str]:
         label = f"{duration(b['lo_ns'])} – {duration(b['hi_ns'])}"
         lines.append(f"  {label:>20} {b['count']:>8}  {duration(b['total_ns']):>10}")
     if r.steps:
-        lines += ["", "Steps (projected onto each device's GPU work)"]
+        lines += [
+            "",
+            "Steps (each device's GPU tile of each step: from the previous step's GPU work done"
+            " to its own; the step time above is the loop's period)",
+        ]
         lines.append(
-            f"  {'rank':>4} {'dev':>3}  {'step':<22} {'time':>10} {'busy':>10} {'idle %':>8}"
+            f"  {'rank':>4} {'dev':>3}  {'step':<22} {'GPU tile':>10} {'busy':>10} {'idle %':>8}"
             f" {'kernels':>8}  idle by cause"
         )
         for s in r.steps:
@@ -278,7 +286,7 @@ def _rank_lines(r: Report) -> list[str]:
     widths = [max(len(x[i]) for x in rows) for i in range(len(HEADINGS))]
     lines = [
         "",
-        "Ranks (per steady step, medians; own = the step without waiting for peers; host wait"
+        f"Ranks ({step_heading(r)}, medians; own = the step without waiting for peers; host wait"
         " = GPU idle for its host, between steps of it; peer wait = in collectives, exposed of"
         " it with nothing else on the GPU)",
     ]
@@ -472,7 +480,9 @@ _KIND_WORDS = {
 def _critical_path_lines(r: Report) -> list[str]:
     if not r.critical_path:
         return []
-    lines = ["", "Critical path (what bounds step time)"]
+    step = r.verdict["step_ns"] if r.verdict else None
+    what = f"what bounds the {duration(step)} step" if step else "what bounds step time"
+    lines = ["", f"Critical path ({what})"]
     for c in r.critical_path:
         if not c["path_ns"] or not c["steps"]:
             continue
@@ -483,10 +493,7 @@ def _critical_path_lines(r: Report) -> list[str]:
             if c["steps_total"] > c["steps"]
             else ""
         )
-        lines.append(
-            f"  rank {c['rank']}: step time {duration(c['step_ns'] // c['steps'])}: {shares}"
-            f" on the path{sampled}"
-        )
+        lines.append(f"  rank {c['rank']}: {shares} on the path{sampled}")
     return lines
 
 

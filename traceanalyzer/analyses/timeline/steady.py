@@ -406,9 +406,8 @@ def loop_periods(hosts: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     (`host_period_ns`, the mean step marker) or the GPU's (`gpu_period_ns`: from the first
     step's GPU completion to the last's, over the steps between, the slowest device),
     whichever is longer; `min_ns` / `max_ns` the shortest and longest single step by the
-    same measure (each step after the first: the longer of its host range and the time
-    between its GPU completion and the previous one's; the first step: its host range where
-    the host bounds the loop or it is the only step).
+    same measure, so that the range holds the period: the distances between consecutive
+    steps' GPU completions where the GPU side is the period, else the steps' host ranges.
 
     A step's tile (`windows.device_steps`) runs from its GPU completion back to the
     previous one's, but the first step's from its host marker's start: where the GPU runs
@@ -444,8 +443,28 @@ def loop_periods(hosts: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
         .then((pl.col("gpu_end").max() - pl.col("gpu_end").min()) / (pl.len() - 1))
         .round()
         .cast(pl.Int64),
-        min_ns=pl.col("each").min(),
-        max_ns=pl.col("each").max(),
+        _each_min=pl.col("each").min(),
+        _each_max=pl.col("each").max(),
+        _host_min=pl.col("host_ns").min(),
+        _host_max=pl.col("host_ns").max(),
+        _gap_min=pl.col("gap").min(),
+        _gap_max=pl.col("gap").max(),
+    )
+    # the range by the measure the period is: the GPU completions' distances where the GPU
+    # side is the period (their mean is it), else the host ranges; the range holds the period
+    gpu_side = pl.col("gpu_period_ns").fill_null(0) > pl.col("host_period_ns").fill_null(0)
+    host_known = pl.col("_host_min").is_not_null()
+    per = per.with_columns(
+        min_ns=pl.when(gpu_side & pl.col("_gap_min").is_not_null())
+        .then("_gap_min")
+        .when(host_known)
+        .then("_host_min")
+        .otherwise("_each_min"),
+        max_ns=pl.when(gpu_side & pl.col("_gap_max").is_not_null())
+        .then("_gap_max")
+        .when(host_known)
+        .then("_host_max")
+        .otherwise("_each_max"),
     )
     return (
         per.with_columns(

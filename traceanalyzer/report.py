@@ -365,6 +365,7 @@ BOUND_BY_CATEGORY: dict[str, str] = {
     "host_built_batch": "host",
     "library_setup": "host",
     "graph_breaks": "host",
+    "ddp_no_sync": "host",
 }
 #: Findings that come first in the headline but say nothing of what bounds the job (a copy
 #: is neither host nor compute; cast kernels that take 10-20 % of a GPU-bound step do not

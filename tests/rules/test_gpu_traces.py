@@ -22,7 +22,7 @@ _RANK = {"info": 0, "warning": 1, "critical": 2}
 
 
 #: The cause rules (analyses/causes): each fires only on a trace whose truth expects it.
-CAUSE_RULES = tuple(f"TA0{n}" for n in range(14, 24))
+CAUSE_RULES = tuple(f"TA0{n}" for n in range(14, 25))
 
 
 @dataclass(frozen=True)
@@ -533,6 +533,14 @@ CASES: dict[str, Truth] = {
     # deterministic index_add_ was faster than the atomic one here: nothing to claim
     "deterministic_index_add.json.gz": Truth(top="TA005", never=CAUSE_RULES),
     "deterministic_off_index_add.json.gz": Truth(top="TA005", never=CAUSE_RULES),
+    # the third set (facts_pitfalls3.json): DDP (one rank) accumulating 4 micro-batches and
+    # all-reducing after each (TA024), its twin under no_sync
+    "ddp_accum_without_no_sync.json.gz": Truth(top="TA003", must={"TA024": "warning"}),
+    "ddp_accum_with_no_sync.json.gz": Truth(top="TA001", never=CAUSE_RULES),
+    # checkpointing inside a compiled model: the recompute read from the backward's GEMM
+    # FLOPs (TA019 at info: the profiled step is host-bound); its twin has none
+    "checkpoint_compiled.json.gz": Truth(top="TA001", must={"TA019": "info"}),
+    "compiled_no_checkpoint.json.gz": Truth(top="TA001", never=CAUSE_RULES),
 }
 
 #: Nsight reports kept beside their SQLite export (same capture, exported by the same nsys):

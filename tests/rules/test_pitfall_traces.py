@@ -30,7 +30,7 @@ def _doc(name: str) -> dict[str, Any]:
 def _facts(scenario: str) -> dict[str, Any]:
     """The scenario's facts, merged (later FACT lines win), from either set's file."""
     scenarios: dict[str, Any] = {}
-    for name in ("facts_pitfalls.json", "facts_pitfalls2.json"):
+    for name in ("facts_pitfalls.json", "facts_pitfalls2.json", "facts_pitfalls3.json"):
         scenarios.update(json.loads((GPU / name).read_text(encoding="utf-8"))["scenarios"])
     merged: dict[str, Any] = {}
     for fact in scenarios[scenario]["facts"]:
@@ -268,3 +268,36 @@ def test_allocator_churn_reads_the_emptied_pool() -> None:
     assert not [
         d for d in _doc("allocator_steady_memory_profiled")["diagnoses"] if d["rule"] == "TA015"
     ]
+
+
+def test_ddp_without_no_sync_priced_by_what_no_sync_saves() -> None:
+    """DDP accumulating 4 micro-batches, all-reducing after each: TA024 within 30 % of the
+    7.6 ms no_sync saved (one rank: the reducer's host work), advises no_sync, and names
+    the extra rounds' all-reduces (8 buckets x 3 rounds); the twin under no_sync has none."""
+    f = _finding("ddp_accum_without_no_sync", "TA024")
+    assert _near(f["impact_ns"], _facts("ddp_accum_without_no_sync")["saving_ms"])
+    assert f["evidence"]["extra_allreduces_per_step"] == 24
+    assert "no_sync()" in f["advice"]
+    assert not [d for d in _doc("ddp_accum_with_no_sync")["diagnoses"] if d["rule"] == "TA024"]
+
+
+def test_compiled_recompute_read_from_the_gemm_flops() -> None:
+    """Checkpointing inside torch.compile leaves no forward operator in the backward: the
+    backward's GEMM FLOPs (2.6x the forward's) show it. MFU counts each forward once (within
+    5 % of 6N*tokens + attention, and of the twin without checkpointing), HFU counts the
+    recompute; the recompute's kernels are estimated within 30 % of the 1.6 ms that no
+    checkpointing saved. Its price is lower (the profiled step is host-bound, so little of
+    that GPU time bounds it) and never above its ceiling."""
+    f = _finding("checkpoint_compiled", "TA019")
+    ev = f["evidence"]
+    assert 2.4 <= ev["backward_gemm_flops_ratio"] <= 2.9
+    facts = _facts("checkpoint_compiled")
+    assert _near(ev["kernel_ns_per_step"], facts["saving_ms"])
+    assert f["impact_ns"] <= ev["impact_ceiling_ns"]
+    (dev,) = _doc("checkpoint_compiled")["devices"]
+    (twin,) = _doc("compiled_no_checkpoint")["devices"]
+    model = dev["flops"]["model_flops_per_step"]
+    assert abs(model - facts["flops_per_step_model"]) <= 0.05 * facts["flops_per_step_model"]
+    assert abs(model - twin["flops"]["model_flops_per_step"]) <= 0.05 * model
+    assert dev["flops"]["hfu"] > dev["flops"]["mfu"]
+    assert not [d for d in _doc("compiled_no_checkpoint")["diagnoses"] if d["rule"] == "TA019"]

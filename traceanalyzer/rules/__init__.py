@@ -41,6 +41,7 @@ from traceanalyzer.rules.ta020_zero_grad_fill import ZeroGradFill
 from traceanalyzer.rules.ta021_host_built_batch import HostBuiltBatch
 from traceanalyzer.rules.ta022_library_setup import LibrarySetup
 from traceanalyzer.rules.ta023_graph_breaks import GraphBreaks
+from traceanalyzer.rules.ta024_ddp_no_sync import DdpNoSync
 
 ALL_RULES: list[type[Rule]] = [
     GpuStarvation,
@@ -66,6 +67,7 @@ ALL_RULES: list[type[Rule]] = [
     HostBuiltBatch,
     LibrarySetup,
     GraphBreaks,
+    DdpNoSync,
 ]
 
 

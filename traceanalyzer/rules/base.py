@@ -41,6 +41,7 @@ CATEGORIES = (
     "host_built_batch",
     "library_setup",
     "graph_breaks",
+    "ddp_no_sync",
 )
 #: A fix that saves at least this share of step time is critical / a warning; less is info.
 CRITICAL_SHARE = 0.30

@@ -32,6 +32,7 @@ CAUSE_CATEGORIES = (
     "host_built_batch",
     "library_setup",
     "graph_breaks",
+    "ddp_no_sync",
 )
 
 

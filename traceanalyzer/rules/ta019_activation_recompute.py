@@ -59,6 +59,12 @@ class ActivationRecompute(Rule):
     removing it needs the memory first. A hand-written backward that calls forward operators
     on purpose.
 
+    A compiled backward (`CompiledFunctionBackward`) recomputes inside its own graph, where
+    no forward operator shows: there the recompute is read from the GEMM FLOPs, the
+    backward's at least 2.25 times the forward's (a plain backward runs 2x: the gradients of
+    the inputs and of the weights; a full recompute 3x). Its FLOPs (`backward - 2 x
+    forward`) leave the model FLOPs, and its kernels' time is that share of the forward's.
+
     ## Impact estimate
     The larger of the recompute's host side (the GPU idle under the recomputed operators, as
     for any host-side cause) and its GPU side (its kernels' time, scaled by the share of the
@@ -92,9 +98,10 @@ class ActivationRecompute(Rule):
             (r["rank"], r["device"]): r for r in ctx.metrics.causes.recompute.iter_rows(named=True)
         }
         for rank, m in models(ctx, "recompute").items():
-            if m.calls_per_step < t.min_ops_per_step or m.every_step_share < 0.5:
-                continue
             r = redone.get((rank, m.device)) or {}
+            compiled = r.get("flops_ratio") is not None
+            if not compiled and (m.calls_per_step < t.min_ops_per_step or m.every_step_share < 0.5):
+                continue
             steps = m.steps or 1
             flops = next(
                 (
@@ -112,14 +119,23 @@ class ActivationRecompute(Rule):
                 )
             peak = _peak_words(ctx, rank, m.device)
             host_side = m.explained_ns >= m.unrecorded_ns
-            yield self.finding(
-                ctx,
-                f"rank {rank}: {m.calls_per_step:.0f} forward operators per step run again in "
+            what = (
+                f"the compiled backward runs {r['flops_ratio']:.2f} times the forward's GEMM "
+                f"FLOPs (2 without a recompute): it recomputes "
+                f"{r['flops_ratio'] - 2:.0%} of the forward, about "
+                f"{duration((r.get('kernel_ns') or 0) // steps)} of kernels per step"
+                if compiled
+                else f"{m.calls_per_step:.0f} forward operators per step run again in "
                 f"the backward (most time in {r.get('top_op') or 'them'}): "
                 f"{duration(m.work_ns)} of host time, {duration(m.explained_ns)} of GPU "
                 f"{m.device} idle under it, {duration((r.get('kernel_ns') or 0) // steps)} of "
-                f"kernels per step{mfu}{peak}",
+                f"kernels per step"
+            )
+            yield self.finding(
+                ctx,
+                f"rank {rank}: {what}{mfu}{peak}",
                 {
+                    "backward_gemm_flops_ratio": r.get("flops_ratio"),
                     "ops_per_step": m.calls_per_step,
                     "host_ns_per_step": m.work_ns,
                     "idle_explained_ns": m.explained_ns,

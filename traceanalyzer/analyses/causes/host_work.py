@@ -23,7 +23,12 @@ A host-side cause is work the host does in the loop that a named fix removes who
   execution plan); the outermost such operator on its thread. A convolution that times
   candidates synchronises (the refill after it is counted);
 - `graph_breaks`: the host time of compiled regions outside their compiled graphs
-  (compilation.region_glue); the share of it the breaks add is priced in impact.py.
+  (compilation.region_glue); the share of it the breaks add is priced in impact.py;
+- `compiled_backward`: the compiled backward's runs (`CompiledFunctionBackward`): not a
+  cause of its own; where its GEMM FLOPs show a recompute (recompute.compiled_recompute),
+  the recomputed share of it is the recompute's host side (impact.py);
+- `ddp_sync`: DDP's reducer all-reducing the gradients after a micro-batch that is not the
+  last of its accumulation cycle (ddp_sync.py: `no_sync` missing).
 
 **What removing the work saves (the idle it explains).** Over each idle gap of a device in
 its window, the part during which the host was inside the cause's work (the union of its
@@ -44,6 +49,7 @@ import polars as pl
 
 from traceanalyzer.analyses.causes import signatures as sig
 from traceanalyzer.analyses.causes.compilation import region_glue
+from traceanalyzer.analyses.causes.ddp_sync import extra_rounds
 from traceanalyzer.analyses.causes.host_batch import batch_work, paired
 from traceanalyzer.analyses.causes.nesting import KEYS, inside
 from traceanalyzer.analyses.causes.recompute import forward_in_backward, launched_in
@@ -60,6 +66,8 @@ HOST_CAUSES = (
     "host_batch",
     "library_setup",
     "graph_breaks",
+    "compiled_backward",
+    "ddp_sync",
 )
 CAUSE = pl.Enum(list(HOST_CAUSES))
 
@@ -146,6 +154,12 @@ def cause_calls(timeline: Timeline) -> pl.LazyFrame:
         ("host_batch", sig.FROM_HOST_DATA, lambda: batch_work(timeline, ranges)),
         ("library_setup", sig.LIBRARY_OP, lambda: library_setup(events, ranges)),
         ("graph_breaks", sig.REGION_RUN, lambda: region_glue(ranges)),
+        (
+            "compiled_backward",
+            sig.COMPILED_BACKWARD,
+            lambda: ranges.filter(name_is(sig.COMPILED_BACKWARD)),
+        ),
+        ("ddp_sync", sig.DDP_FORWARD, lambda: extra_rounds(ranges)),
     ]
     found = [allocator.select("rank", "cause", "name", "start_ns", "end_ns", "syncs", "parent")]
     for cause, mark, plan in families:

@@ -180,7 +180,14 @@ def cause_impact(
     idle = {(d["rank"], d["device"]): d["idle_ns"] for d in devices.iter_rows(named=True)}
     kernel = {(d["rank"], d["device"]): d["kernel_ns"] or 0 for d in devices.iter_rows(named=True)}
     out = []
+    backward = {
+        (r["rank"], r["device"]): r
+        for r in causes.host.iter_rows(named=True)
+        if r["cause"] == "compiled_backward"
+    }
     for r in causes.host.iter_rows(named=True):  # a few rows: causes x devices
+        if r["cause"] == "compiled_backward":
+            continue  # the compiled recompute's host side, below
         rank, device = r["rank"], r["device"]
         per = counts.on(rank, device)
         if not per:
@@ -234,6 +241,40 @@ def cause_impact(
                 unrecorded_ns=unrecorded,
                 impact_ns=min(explained + unrecorded, ceiling),
                 ceiling_ns=ceiling,
+            )
+        )
+    hosted = {(m.rank, m.device) for m in out if m.cause == "recompute"}
+    for r in causes.recompute.iter_rows(named=True):
+        # a compiled backward's recompute (recompute.compiled_recompute): no host operator
+        # of its own, its kernels' time only
+        rank, device = r["rank"], r["device"]
+        per = counts.on(rank, device)
+        if not per or (rank, device) in hosted:
+            continue
+        gpu = (r["kernel_ns"] or 0) // per
+        bound = _bounding_share(
+            savings.get((rank, GPU_SCENARIO)), kernel.get((rank, device), 0) // per
+        )
+        gpu_part = round(gpu * bound)
+        # its host side: the recomputed share of the compiled backward's work and idle
+        b = backward.get((rank, device)) or {}
+        ratio = r["flops_ratio"] or 2.0
+        redo = max(0.0, (ratio - 2) / ratio)
+        work = round((b.get("host_ns") or 0) * redo) // per
+        explained = round((b.get("idle_ns") or 0) * redo) // per
+        out.append(
+            CauseImpact(
+                cause="recompute",
+                rank=rank,
+                device=device,
+                steps=per,
+                steps_with=b.get("steps_with") or per,
+                calls_per_step=0.0,
+                work_ns=work,
+                explained_ns=explained,
+                unrecorded_ns=gpu_part,
+                impact_ns=min(max(explained, gpu_part), work + gpu),
+                ceiling_ns=work + gpu,
             )
         )
     for r in causes.layout.iter_rows(named=True):

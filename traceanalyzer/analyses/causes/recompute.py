@@ -12,11 +12,23 @@ of the forward-only family (`FORWARD_ONLY`) inside a backward function's range i
 Per device, over the steady steps: the recomputed operators, the kernels they launched
 (by launch time inside their ranges, on their thread), those kernels' time and the part in
 GEMM-class kernels, and (the kernels handed back) their FLOPs, which the FLOPs analysis
-counts as hardware FLOPs but not as model FLOPs. A compiled backward fuses its recompute
-(Inductor's min-cut rematerialisation) into kernels of its own: not seen here.
+counts as hardware FLOPs but not as model FLOPs.
+
+**A compiled backward** (`CompiledFunctionBackward`) runs its recompute inside its own graph:
+no forward operator shows. Its GEMMs still show as operators with shapes (`aten::mm`,
+`aten::addmm` under the graph's call), so the recompute is read from the FLOPs: a backward
+runs twice the forward's GEMM FLOPs (the gradients of inputs and of weights), and a
+recompute adds the recomputed part once more. Where the backward's GEMM FLOPs are at least
+`RATIO_MIN` times the forward's, the recomputed FLOPs are `backward - 2 x forward`
+(`compiled_recompute`); their kernels' time is taken as that share of the forward's
+kernels (the recompute runs those kernels again), their FLOPs leave the model FLOPs as
+a share of the backward's operators', and their host side is the recomputed share of the
+compiled backward's host time (host_work's `compiled_backward`, priced in impact.py).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import polars as pl
 
@@ -31,7 +43,8 @@ FORWARD_ONLY = (
     r"|silu|dropout|softmax|scaled_dot_product_attention)$"
 )
 
-#: Per device (`Causes.recompute`).
+#: Per device (`Causes.recompute`). `flops_ratio`: the backward's GEMM FLOPs over the
+#: forward's, where the recompute was read from them (a compiled backward), else null.
 RECOMPUTE_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int32(),
     "device": pl.Int32(),
@@ -40,7 +53,12 @@ RECOMPUTE_SCHEMA: dict[str, pl.DataType] = {
     "kernel_ns": pl.Int64(),
     "gemm_ns": pl.Int64(),
     "top_op": pl.String(),
+    "flops_ratio": pl.Float64(),
 }
+#: A backward running this many times the forward's GEMM FLOPs recomputes (a plain one: 2).
+RATIO_MIN = 2.25
+#: The optimizer's ranges: neither forward nor backward.
+OPTIMIZER_RANGE = r"^Optimizer\.(?:step|zero_grad)#"
 
 
 def forward_in_backward(timeline: Timeline) -> pl.LazyFrame:
@@ -94,6 +112,7 @@ def recomputed_kernels(
         )
         .join(n_ops, on="rank", how="left")
         .join(per_op, on=key, how="left")
+        .with_columns(flops_ratio=pl.lit(None, pl.Float64))
         .select(list(RECOMPUTE_SCHEMA))
         .sort(key)
         .collect()
@@ -131,3 +150,85 @@ def launched_in(ops: pl.DataFrame, linked: pl.DataFrame, kernels: pl.DataFrame) 
         .collect()
     )
     return mine
+
+
+def compiled_recompute(
+    timeline: Timeline,
+    markers: pl.LazyFrame,
+    linked: pl.DataFrame,
+    kernels: pl.DataFrame,
+    op_flops: Callable[[Timeline, pl.DataFrame], pl.DataFrame],
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(per device, FLOPs to take out): the recompute read from the GEMM FLOPs (the module
+    docstring) on the devices whose backward runs at least RATIO_MIN times the forward's;
+    empty elsewhere. `op_flops`: flops.op_flops (passed in: this room does not import the
+    GPU room's FLOPs)."""
+    empty = (pl.DataFrame(schema=RECOMPUTE_SCHEMA), op_flops(timeline, kernels.clear()))
+    steps = markers.select("rank", "step", "start_ns", "end_ns")
+    ranges = (
+        timeline.events.lazy()
+        .filter(pl.col("kind").is_in([Kind.CPU_OP.value, Kind.ANNOTATION.value]))
+        .select(*KEYS, "start_ns", "end_ns", name=pl.col("name").cast(pl.String))
+    )
+    backward = in_ranges(
+        ranges.filter(pl.col("name").str.contains(sig.BACKWARD_FUNCTION)), steps, "rank"
+    ).collect()
+    if backward.height == 0:
+        return empty
+    optimizer = in_ranges(
+        ranges.filter(pl.col("name").str.contains(OPTIMIZER_RANGE)), steps, "rank"
+    ).collect()
+    back = launched_in(backward, linked, kernels)
+    other = launched_in(optimizer, linked, kernels) if optimizer.height else kernels.clear()
+    key = ["rank", "correlation"]
+    forward = kernels.join(back.select(key), on=key, how="anti").join(
+        other.select(key), on=key, how="anti"
+    )
+    fb, ff = op_flops(timeline, back), op_flops(timeline, forward)
+    dev = ["rank", "device"]
+    sums = (
+        fb.group_by(dev)
+        .agg(bwd=pl.col("flops").sum())
+        .join(ff.group_by(dev).agg(fwd=pl.col("flops").sum()), on=dev)
+        .join(forward.group_by(dev).agg(fwd_ns=pl.col("clipped_ns").sum()), on=dev, how="left")
+        .join(
+            back.filter(pl.col("kernel_class").cast(pl.String) == "gemm")
+            .group_by(dev)
+            .agg(bwd_gemm_ns=pl.col("clipped_ns").sum(), bwd_gemms=pl.len()),
+            on=dev,
+            how="left",
+        )
+        .filter((pl.col("fwd") > 0) & (pl.col("bwd") >= RATIO_MIN * pl.col("fwd")))
+    )
+    if sums.height == 0:
+        return empty
+    share = (pl.col("bwd") - 2 * pl.col("fwd")) / pl.col("fwd")  # of the forward, recomputed
+    summary = (
+        sums.with_columns(_share=share)
+        .select(
+            *dev,
+            ops=pl.lit(0, pl.Int64),
+            kernels=(pl.col("bwd_gemms").fill_null(0) * (1 - 2 / (pl.col("bwd") / pl.col("fwd"))))
+            .round()
+            .cast(pl.Int64),
+            kernel_ns=(pl.col("fwd_ns").fill_null(0) * pl.col("_share")).round().cast(pl.Int64),
+            gemm_ns=(pl.col("bwd_gemm_ns").fill_null(0) * (1 - 2 * pl.col("fwd") / pl.col("bwd")))
+            .round()
+            .cast(pl.Int64),
+            top_op=pl.lit("the compiled backward (CompiledFunctionBackward)"),
+            flops_ratio=pl.col("bwd") / pl.col("fwd"),
+        )
+        .sort(dev)
+        .cast(RECOMPUTE_SCHEMA)  # type: ignore[arg-type]
+    )
+    # the recomputed FLOPs as a share of each backward operator's: what leaves the model's
+    taken = fb.join(
+        sums.select(*dev, _f=(pl.col("bwd") - 2 * pl.col("fwd")) / pl.col("bwd")), on=dev
+    ).with_columns(
+        # a share of each operator's work, not of its calls: the operators stay counted
+        calls=pl.lit(0),
+        flops=(pl.col("flops") * pl.col("_f")).round(),
+        bytes=(pl.col("bytes") * pl.col("_f")).round(),
+        kernel_ns=(pl.col("kernel_ns") * pl.col("_f")).round().cast(pl.Int64),
+    )
+    return summary, taken.select(fb.columns).cast(fb.schema)

@@ -92,3 +92,14 @@ CACHE_LOOKUP = r"^TorchDynamo Cache Lookup$"
 REGION_RUN = r"^(?:Torch-Compiled Region: |CompiledFunction$|CompiledFunctionBackward$)"
 #: ... and the compiled graphs' own calls inside them (Inductor's generated code).
 GRAPH_CALL = r"^## Call CompiledFxGraph "
+#: A compiled backward's run (AOTAutograd's backward function).
+COMPILED_BACKWARD = r"^CompiledFunctionBackward$"
+#: DistributedDataParallel's forward (one per micro-batch), the optimizer's step (one per
+#: accumulation cycle), and the reducer's operators that all-reduce the gradients after a
+#: backward (the all-reduce, its NCCL range, the scaling and the copy back into `.grad`).
+DDP_FORWARD = r"^DistributedDataParallel\.forward$"
+OPTIMIZER_STEP = r"^Optimizer\.step#"
+REDUCER_OP = (
+    r"^(?:c10d::allreduce_|nccl:all_reduce|torch::distributed::reducer::mul_out"
+    r"|torch\.distributed\.ddp\.reducer::copy_bucket_to_grad)$"
+)

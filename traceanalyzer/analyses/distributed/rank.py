@@ -557,8 +557,14 @@ def _host_causes(
 
 
 def _recompute(timeline: Timeline, w: Windowed) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The recomputed forward per device, and its FLOPs (op_flops of its kernels alone)."""
+    """The recomputed forward per device, and its FLOPs (op_flops of its kernels alone);
+    where no forward operator runs in the backward, the recompute a compiled backward's GEMM
+    FLOPs show (recompute.compiled_recompute)."""
     summary, kernels_of = recompute.recomputed_kernels(timeline, w.markers, w.linked, w.kernels)
+    if summary.height == 0:
+        return recompute.compiled_recompute(
+            timeline, w.markers, w.linked, w.kernels, flops.op_flops
+        )
     return summary, flops.op_flops(timeline, kernels_of)
 
 

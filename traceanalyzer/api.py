@@ -182,8 +182,8 @@ def _period(row: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def context(metrics: Metrics, meta: TraceMeta) -> Context:
     """What the rules read: metrics, meta, the mean saving per step of each what-if, the
-    steady step of each rank (the loop's period, `steady.loop_periods`; without step
-    markers, each rank's window: one step), and the run context."""
+    steady step (the loop's period, `steady.loop_periods`, the slowest rank's for every rank
+    of a job; without step markers, each rank's window: one step), and the run context."""
     steps = metrics.critical_path.steps.group_by("rank").agg(pl.col("step_ns").mean())
     if metrics.periods.per_rank.height:  # the loop's period, where the steps tell it
         steps = metrics.periods.per_rank.select("rank", step_ns="period_ns").filter(
@@ -191,11 +191,19 @@ def context(metrics: Metrics, meta: TraceMeta) -> Context:
         )
     if metrics.basis == "trace":  # no step markers: the whole window is one step
         steps = metrics.devices.summary.group_by("rank").agg(step_ns=pl.col("window_ns").max())
+        per_rank = {r: round(v) for r, v in steps.iter_rows()}
+    else:
+        # one step for the job: the collectives couple the ranks, so each rank's step is the
+        # slowest rank's period (the verdict's), and every price is a share of it
+        per_rank = {r: round(v) for r, v in steps.iter_rows()}
+        if per_rank:
+            job = max(per_rank.values())
+            per_rank = dict.fromkeys(per_rank, job)
     return Context(
         metrics=metrics,
         meta=meta,
         what_if=mean_savings(metrics.critical_path.what_if),
-        step_ns={r: round(v) for r, v in steps.iter_rows()},
+        step_ns=per_rank,
         run=decide(metrics.facts, meta, metrics),
     )
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from traceanalyzer import api
 from traceanalyzer.config import Settings
+from traceanalyzer.render.base import static_text
 from traceanalyzer.rules import rule_pages
 from traceanalyzer.rules.base import DOC_SECTIONS, Rule
 from traceanalyzer.rules.examples import write_example
@@ -99,7 +100,10 @@ def write_docs(folder: Path, rules: list[type[Rule]]) -> list[Path]:
             written.append(path)
     index = folder / "README.md"
     index.write_text(index_markdown(rules), encoding="utf-8")
-    return [*written, index]
+    # the glossary ships in the package (the HTML page embeds it); docs/ holds a copy
+    glossary = folder.parent / "glossary.md"
+    glossary.write_text(static_text("glossary.md"), encoding="utf-8")
+    return [*written, index, glossary]
 
 
 def main() -> None:

@@ -532,6 +532,7 @@ def page_context(report: Report) -> dict[str, Any]:
         "rank_cells": rank_cells,
         "rank_folded": folded_note,
         "name_width": NAME_WIDTH,
+        "glossary": markdown_html(static_text("glossary.md"), heading_offset=1),
         "top_names": short_names([k["name"] for k in r.kernels["top"]]),
         "css": Markup(static_text("report.css")),
         "script": Markup(script),

@@ -117,4 +117,5 @@ class MarkdownRenderer:
                 f"| {duration(k['total_ns'])} | {percent(k['share'])} | {k['count']} |"
                 f" {_code(name, in_table=True)} |"
             )
+        lines += ["", "Terms (step time, own, exposed, host wait, ...): docs/glossary.md."]
         out.write("\n".join(lines) + "\n")

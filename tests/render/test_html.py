@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from tests.conftest import SAMPLES, corpus
+from tests.conftest import REPO, SAMPLES, corpus
 from tests.render.helpers import (
     GPU_NAME,
     IMG_NAME,
@@ -192,3 +192,23 @@ def test_markdown_docs_are_escaped() -> None:
     html = markdown_html("# T\n\nsee `<b>` and [x](https://e.com)\n\n- a <i>\n")
     assert "<b>" not in html and "&lt;b&gt;" in html and "<code>" in html
     assert "href" not in html and "<li>" in html
+
+
+def test_roofline_holds_the_memory_bound_operators() -> None:
+    """memory_bound (a GPT whose top finding is memory-bound elementwise work): the roofline
+    draws the Bandwidth table's operators beside the matrix ones, each at one FLOP per
+    element, so its height under the bandwidth's slope is its share of the peak."""
+    from traceanalyzer import api
+    from traceanalyzer.render.html import _roofline
+
+    rep = api.report(REPO / "tests" / "data" / "gpu" / "memory_bound.json.gz")
+    svg = str(_roofline(rep))
+    assert "memory-bound operators (1 FLOP per element)" in svg
+    assert "matrix, convolution and attention operators" in svg
+    rows = [b for b in rep.bandwidth if b["elements"] and b["gbps"] is not None]
+    assert rows
+    for b in rows:
+        x = b["elements"] / b["bytes"]
+        y = b["elements"] / b["kernel_ns"] / 1e3  # TFLOP/s
+        under_slope = y / (x * b["peak_gbps"] / 1e3)
+        assert abs(under_slope - b["share_of_peak"]) < 1e-9

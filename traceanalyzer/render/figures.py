@@ -381,24 +381,37 @@ def plain_log_ticks(axis: Any) -> None:
 
 
 def roofline_figure(
-    points: Sequence[Mapping[str, Any]], roofs: Sequence[tuple[str, float, float]]
+    points: Sequence[Mapping[str, Any]],
+    roofs: Sequence[tuple[str, float, float]],
+    memory: Sequence[Mapping[str, Any]] = (),
 ) -> Figure:
     """A log-log roofline: each operator (FLOPs per byte, achieved TFLOP/s), sized by its
     kernel time; each roof (label, peak TFLOP/s, peak bandwidth GB/s) drawn as the line
-    min(peak, intensity x bandwidth)."""
+    min(peak, intensity x bandwidth), so both roofs show: the bandwidth's slope and the
+    compute's flat top. `memory`: memory-bound operators (same keys) in a colour of their
+    own, their FLOPs one per element (a lower bound: their intensity is at least that)."""
     with matplotlib.rc_context(SVG_RC):
         fig = Figure(figsize=(10, 4.2), layout="constrained")
         ax = fig.add_subplot()
-        x = np.array([float(p["intensity"]) for p in points])
-        y = np.array([float(p["achieved_tflops"]) for p in points])
-        ns = np.array([float(p["kernel_ns"]) for p in points])
-        size = 20 + 400 * ns / ns.max() if len(ns) and ns.max() > 0 else 20
-        lo = max(min(x.min() if len(x) else 1.0, 1.0) / 2, 1e-2)
+        every = [*points, *memory]
+        x = np.array([float(p["intensity"]) for p in every])
+        ns = np.array([float(p["kernel_ns"]) for p in every])
+        top = ns.max() if len(ns) and ns.max() > 0 else 1.0
+        lo = max(min(x.min() if len(x) else 1.0, 1.0) / 2, 1e-3)
         hi = max(x.max() if len(x) else 1e3, 1e3) * 2
         grid = np.geomspace(lo, hi, 200)
         for label, peak, bw in roofs:
             ax.plot(grid, np.minimum(peak, grid * bw / 1e3), linewidth=1.2, label=label)
-        ax.scatter(x, y, s=size, alpha=0.6, color="#4e79a7", edgecolors="#2b4a6b")
+        for group, colour, edge, label in (
+            (points, "#4e79a7", "#2b4a6b", "matrix, convolution and attention operators"),
+            (memory, "#f28e2b", "#b35f12", "memory-bound operators (1 FLOP per element)"),
+        ):
+            if not group:
+                continue
+            gx = [float(p["intensity"]) for p in group]
+            gy = [float(p["achieved_tflops"]) for p in group]
+            size = [20 + 400 * float(p["kernel_ns"]) / top for p in group]
+            ax.scatter(gx, gy, s=size, alpha=0.6, color=colour, edgecolors=edge, label=label)
         ax.set_xscale("log")
         ax.set_yscale("log")
         for axis in (ax.xaxis, ax.yaxis):

@@ -434,7 +434,17 @@ def _roofline(r: Report) -> Markup | None:
     """The roofline of the heaviest operators, with the roof of each device kind and
     precision the job ran at; None without FLOPs."""
     points = [o for o in r.roofline if o["achieved_tflops"] and o["intensity"]]
-    if not points:
+    # the memory-bound operators the bandwidth analysis measured, at one FLOP per element
+    memory = [
+        {
+            "intensity": b["elements"] / b["bytes"],
+            "achieved_tflops": b["elements"] / b["kernel_ns"] / 1e3,
+            "kernel_ns": b["kernel_ns"],
+        }
+        for b in r.bandwidth
+        if b.get("elements") and b["bytes"] and b["kernel_ns"] and b["gbps"] is not None
+    ]
+    if not points and not memory:
         return None
     roofs: dict[str, tuple[str, float, float]] = {}
     for d in r.devices:
@@ -442,7 +452,7 @@ def _roofline(r: Report) -> Markup | None:
         if f and f["peak_tflops"] and f["peak_gbps"]:
             label = f"{d['name'] or 'GPU'} {f['dtype']} roof"
             roofs.setdefault(label, (label, f["peak_tflops"], f["peak_gbps"]))
-    return _svg(figures.roofline_figure(points, list(roofs.values())))
+    return _svg(figures.roofline_figure(points, list(roofs.values()), memory))
 
 
 def _figures(r: Report) -> dict[str, Markup | None]:

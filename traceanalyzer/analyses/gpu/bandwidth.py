@@ -265,11 +265,15 @@ def operator_bytes(timeline: Timeline, wanted: pl.LazyFrame | None = None) -> pl
         shapes.lazy()
         .select("_shape", "dims", "types")
         .explode("dims", "types")
-        .with_columns(nbytes=list_product(pl.col("dims"), rank) * size)
+        .with_columns(
+            nelems=list_product(pl.col("dims"), rank),
+            nbytes=list_product(pl.col("dims"), rank) * size,
+        )
         .group_by("_shape")
         .agg(
             read=pl.col("nbytes").sum(),
             largest=pl.col("nbytes").max(),
+            largest_elems=pl.col("nelems").sort_by("nbytes").last(),
             last=pl.col("nbytes").last(),
             inputs=pl.len(),
         )
@@ -303,6 +307,11 @@ def operator_bytes(timeline: Timeline, wanted: pl.LazyFrame | None = None) -> pl
             .then(pl.lit(0, pl.Int64))
             .otherwise(pl.col("largest")),
             into_out=into_out,
+            # the arithmetic, at one FLOP per element of the largest tensor (a lower bound:
+            # a norm or an activation does a few); a copy or a fill does none
+            elements=pl.when(is_copy | name.str.contains(WRITE_ONLY_OPS))
+            .then(pl.lit(0, pl.Int64))
+            .otherwise(pl.col("largest_elems")),
         )
     )
 
@@ -335,7 +344,7 @@ def memory_bound_bandwidth(
             right_on=["rank", "external_id"],
         )
         .filter(pl.col("launch_ns").is_between(pl.col("op_start"), pl.col("op_end")))
-        .group_by(*DEVICE_KEY, "op_link", "op_name", "bytes")
+        .group_by(*DEVICE_KEY, "op_link", "op_name", "bytes", "elements")
         .agg(kernel_ns=pl.col("clipped_ns").sum())
     )
     peaks = pl.DataFrame(
@@ -352,6 +361,7 @@ def memory_bound_bandwidth(
             ops=pl.len().cast(pl.Int64),
             kernel_ns=pl.col("kernel_ns").sum(),
             bytes=pl.col("bytes").sum(),
+            elements=pl.col("elements").sum(),
         )
         .filter(pl.col("kernel_ns") > 0)
         .with_columns(gbps=pl.col("bytes") / pl.col("kernel_ns"))
@@ -382,7 +392,9 @@ class Bandwidth:
     """The memory-bound operators' achieved bandwidth, where shapes are recorded
     (Metrics.bandwidth).
 
-    - `operators`: rank, device, op_name, ops, kernel_ns, bytes, gbps, peak_gbps,
+    - `operators`: rank, device, op_name, ops, kernel_ns, bytes, elements (the largest
+      tensor's elements: a lower bound on the arithmetic, 0 for copies and fills), gbps,
+      peak_gbps,
       beyond_peak, share_of_peak: per device and operator, longest first
       (`memory_bound_bandwidth`).
 
@@ -397,6 +409,7 @@ class Bandwidth:
             "ops": pl.Int64,
             "kernel_ns": pl.Int64,
             "bytes": pl.Int64,
+            "elements": pl.Int64,
             "gbps": pl.Float64,
             "peak_gbps": pl.Float64,
             "beyond_peak": pl.Boolean,

@@ -120,3 +120,22 @@ def test_markdown_running_text_escapes_markup() -> None:
     assert _text("a*b <x> [y] send_recv __init__") == (
         "a\\*b \\<x\\> \\[y\\] send_recv \\_\\_init\\_\\_"
     )
+
+
+def test_a_finding_reads_in_short_sentences() -> None:
+    """The renderers show a message as sentences: the scope first, each `; ` clause outside
+    parentheses its own sentence, a colon inside a clause kept; the JSON keeps the line."""
+    from traceanalyzer.render.units import sentences
+
+    line = (
+        "rank 0: 64.0 allocator calls per step (32.0 cudaFree; 32.0 cudaMalloc) in 4 of 4 "
+        "steps: 6.1 ms of host time; reserved memory falls by 1.45 GiB"
+    )
+    assert sentences(line) == (
+        "Rank 0. 64.0 allocator calls per step (32.0 cudaFree; 32.0 cudaMalloc) in 4 of 4 "
+        "steps: 6.1 ms of host time. Reserved memory falls by 1.45 GiB."
+    )
+    assert sentences("rank 1 GPU 0: idle 5%") == "Rank 1, GPU 0. Idle 5%."
+    assert sentences("71% of kernel time is memory-bound; casts add 0%.") == (
+        "71% of kernel time is memory-bound. Casts add 0%."
+    )

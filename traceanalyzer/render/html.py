@@ -27,7 +27,7 @@ from traceanalyzer.render.markdown_html import markdown_html
 from traceanalyzer.render.ranks import HEADINGS as RANK_HEADINGS
 from traceanalyzer.render.ranks import cells as rank_cells
 from traceanalyzer.render.ranks import folded_note, rank_table
-from traceanalyzer.render.units import duration, percent, printable
+from traceanalyzer.render.units import duration, percent, printable, sentences
 from traceanalyzer.report import Report
 from traceanalyzer.rules import BY_CODE, Severity
 from traceanalyzer.rules.rule_pages import rule_page
@@ -207,6 +207,7 @@ def _environment() -> Environment:
     env.filters["size"] = size
     env.filters["gbps"] = bandwidth
     env.filters["text"] = printable
+    env.filters["sentences"] = sentences
     env.filters["key"] = lambda v: "" if v is None else v
     env.globals["CAUSES"] = CAUSES
     return env

@@ -8,7 +8,13 @@ from typing import TextIO
 from traceanalyzer.render.grouping import group_findings, ranks_text
 from traceanalyzer.render.kernel_names import short_names
 from traceanalyzer.render.ranks import HEADINGS, cells, folded_note, rank_table, step_heading
-from traceanalyzer.render.units import duration, percent, printable, saving_range_text
+from traceanalyzer.render.units import (
+    duration,
+    percent,
+    printable,
+    saving_range_text,
+    sentences,
+)
 from traceanalyzer.report import Report
 
 #: The longest message, advice or name written (whole sentences: a ticket is read in full).
@@ -68,7 +74,7 @@ class MarkdownRenderer:
             where = f" on {ranks_text(g.ranks)}" if len(g.ranks) > 1 else ""
             worst = "Worst: " if len(g.ranks) > 1 else ""
             lines.append(f"- **{g.severity.value}** `{f.rule}` {_text(f.title)}{where}{saves}  ")
-            lines.append(f"  {worst}{_text(f.message)}  ")
+            lines.append(f"  {worst}{_text(sentences(f.message))}  ")
             lines.append(f"  *Advice:* {_text(f.advice)}")
         lines += [
             "",

@@ -18,6 +18,7 @@ from traceanalyzer.render.units import (
     printable,
     saves_heading,
     saving_range_text,
+    sentences,
 )
 from traceanalyzer.report import Report, excluded_words
 
@@ -124,7 +125,7 @@ def _render_rich(r: Report, out: TextIO) -> None:
             Text(g.severity.value, style=_SEVERITY_STYLE[g.severity.value]),
             f.rule,
             Text(
-                f"{f.title}{where}\n{_lead_prefix(g)}{printable(f.message, TEXT_WIDTH)}"
+                f"{f.title}{where}\n{_lead_prefix(g)}{printable(sentences(f.message), TEXT_WIDTH)}"
                 f"\n-> {printable(f.advice, TEXT_WIDTH)}"
             ),
             saves,
@@ -462,7 +463,7 @@ def _diagnosis_lines(r: Report) -> list[str]:
         saves = f"  ({saving_range_text(g.impacts, r.window['basis'])})" if g.impacts else ""
         where = f" on {ranks_text(g.ranks)}" if len(g.ranks) > 1 else ""
         lines.append(f"  [{g.severity.value}] {f.rule} {f.title}{where}{saves}")
-        lines.append(f"      {_lead_prefix(g)}{printable(f.message, TEXT_WIDTH)}")
+        lines.append(f"      {_lead_prefix(g)}{printable(sentences(f.message), TEXT_WIDTH)}")
         lines.append(f"      -> {printable(f.advice, TEXT_WIDTH)}")
     return lines
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 
 def per(basis: str) -> str:
     """The unit of a saving: "/step" where the window is made of steps, " over the window"
@@ -56,3 +58,43 @@ def printable(text: str, width: int) -> str:
     """Drop control characters (a trace's names are untrusted) and cut to `width`."""
     clean = "".join(ch if ch.isprintable() else "?" for ch in text)
     return clean if len(clean) <= width else clean[: width - 1] + "…"
+
+
+def sentences(message: str) -> str:
+    """A finding's message in short sentences, for a person to read: where, then what and
+    how much. The rules write one line of clauses (`rank 0 GPU 0: idle 57% of ...; 28.6 ms
+    inside steps ...`); the scope before the first `: ` becomes a sentence of its own
+    (`Rank 0, GPU 0.`), and so does each clause after a `; ` outside parentheses. The JSON
+    keeps the line."""
+    parts: list[str] = []
+    depth = 0
+    start = 0
+    i = 0
+    while i < len(message):
+        ch = message[i]
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth = max(0, depth - 1)
+        elif depth == 0 and (
+            message.startswith("; ", i)
+            or (message.startswith(": ", i) and not parts and _SCOPE.fullmatch(message[:i]))
+        ):
+            parts.append(message[start:i])
+            start = i + 2
+            i += 1
+        i += 1
+    parts.append(message[start:])
+    out = []
+    for n, part in enumerate(p.strip() for p in parts):
+        if not part:
+            continue
+        if n == 0 and _SCOPE.fullmatch(part):
+            part = _SCOPE.sub(lambda m: ", ".join(x for x in m.groups() if x), part)
+        part = part[0].upper() + part[1:]
+        out.append(part if part.endswith((".", "?", "!")) else part + ".")
+    return " ".join(out)
+
+
+#: A message's scope prefix: `rank 0`, `rank 0 GPU 1`, `ranks 0, 1`.
+_SCOPE = re.compile(r"(ranks? [\d, ]+?)(?: (GPU \d+))?")

@@ -193,3 +193,34 @@ def test_every_figures_tick_labels_are_text(pages: dict[str, Path], tmp_path: Pa
             flops = dom[dom.index('<section id="flops">') :]
             labels = re.findall(r"<text[^>]*>([^<]*)</text>", flops[: flops.index("</section>")])
             assert any(re.fullmatch(r"[0-9.]+", t.strip()) for t in labels), name
+
+
+def test_the_timeline_zooms_to_a_window(pages: dict[str, Path], tmp_path: Path) -> None:
+    """The page's zoom view draws the bins of the window its address names (#zoom=10,30: ms
+    from the window's start), and the whole window without one; no console error."""
+    assert BROWSER is not None
+    page = pages["healthy"]
+    profile = tempfile.mkdtemp(prefix="profile-", dir=tmp_path)
+    zoomed = subprocess.run(
+        [
+            BROWSER,
+            *FLAGS,
+            f"--user-data-dir={profile}",
+            "--dump-dom",
+            page.resolve().as_uri() + "#zoom=10,30",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    view = re.search(
+        r'<svg id="zoom-view"[^>]*data-from-ms="([0-9.]+)" data-to-ms="([0-9.]+)"', zoomed.stdout
+    )
+    assert view is not None and view.groups() == ("10.00", "30.00")
+    body = zoomed.stdout[view.start() : zoomed.stdout.index("</svg>", view.start())]
+    assert body.count("<rect") > 10
+    assert console_lines(zoomed.stderr) == []
+    whole = chromium(page, tmp_path, "--dump-dom").stdout
+    full = re.search(r'<svg id="zoom-view"[^>]*data-from-ms="([0-9.]+)"', whole)
+    assert full is not None and full.group(1) == "0.00"

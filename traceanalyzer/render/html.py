@@ -517,7 +517,7 @@ def _figures(r: Report) -> dict[str, Markup | None]:
 def page_context(report: Report) -> dict[str, Any]:
     """Everything the template reads: the report plus display-ready strings and figures."""
     r = report
-    script = static_text("sort.js")
+    script = static_text("sort.js") + static_text("zoom.js")
     digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode()
     codes = list(dict.fromkeys(f.rule for f in r.findings))
     return {

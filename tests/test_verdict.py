@@ -110,3 +110,31 @@ def test_no_finding_is_never_said_above_a_warning() -> None:
     assert "no performance finding at warning or above (TA012 warns: TA012 title)" in v["headline"]
     plain = verdict([_device(0.9)], [_path(gpu_compute=150)], [])
     assert "no finding at warning or above" in plain["headline"]
+
+
+def test_one_step_time_on_every_sample() -> None:
+    """Each bundled sample: the verdict's step time is the job's loop period, inside its
+    single steps' range, and the text report's critical-path and Ranks headings carry it."""
+    import io
+
+    from tests.conftest import SAMPLES
+    from traceanalyzer import api
+    from traceanalyzer.render.terminal import TerminalRenderer
+    from traceanalyzer.render.units import duration
+
+    for path in (
+        SAMPLES / "train_bf16_healthy.json.gz",
+        SAMPLES / "tiny_kernels.json.gz",
+        SAMPLES / "sampled_2rank",
+    ):
+        rep = api.report(path)
+        doc = rep.to_json_dict()
+        job = max((p["period"] for p in doc["critical_path"]), key=lambda q: q["period_ns"])
+        step = doc["verdict"]["step_ns"]
+        assert step == job["period_ns"], path
+        assert job["min_ns"] - 1 <= step <= job["max_ns"] + 1, path
+        buf = io.StringIO()
+        TerminalRenderer().render(rep, buf)
+        assert f"Critical path (what bounds the {duration(step)} step)" in buf.getvalue(), path
+        if len(doc["ranks"]) > 1:
+            assert f"Ranks (per steady step of {duration(step)}" in buf.getvalue()

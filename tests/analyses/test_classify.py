@@ -702,6 +702,12 @@ CASES: list[tuple[str, str]] = [
         ),
         "memory_bound",
     ),
+    # TensorRT's and cuDNN's pooling kernels carry GEMM tokens (xmma): pooling comes first
+    ("sm50_xmma_pooling_fw_4d_FP16FP32NHWC_Average", "memory_bound"),
+    (
+        "void cudnn::pooling_fw_4d_kernel<float, float, cudnn::averpooling_func<float>>",
+        "memory_bound",
+    ),
     (
         (
             "void at::native::(anonymous namespace)::max_pool_forward_nchw<float, float>(int, "

@@ -183,6 +183,13 @@ CLASS_PATTERNS: tuple[KernelPattern, ...] = (
         "`computeWgradSplitKOffsetsKernel`): tiny index kernels, not matrix math",
     ),
     KernelPattern(
+        "pooling",
+        "memory_bound",
+        r"pooling|max_?pool|avg_?pool|adaptive_?(?:avg|max)_?pool",
+        "pooling, before every GEMM family: TensorRT's and cuDNN's pooling kernels carry GEMM "
+        "tokens (`sm50_xmma_pooling_fw_4d_FP16FP32NHWC_Average`) and do no matrix math",
+    ),
+    KernelPattern(
         "tensor_core_instruction",
         "gemm",
         TC_INSTRUCTION_REGEX,

@@ -138,3 +138,14 @@ def test_one_step_time_on_every_sample() -> None:
         assert f"Critical path (what bounds the {duration(step)} step)" in buf.getvalue(), path
         if len(doc["ranks"]) > 1:
             assert f"Ranks (per steady step of {duration(step)}" in buf.getvalue()
+
+
+def test_busy_shares_are_never_averaged_across_devices() -> None:
+    """Two devices at 4 % and 92 % busy: the headline names both; three or more their range;
+    shares within 10 points of each other read as one."""
+    two = [{"window_ns": 1000, "busy_ns": 40}, {"window_ns": 1000, "busy_ns": 920}]
+    assert "GPUs busy 4% and 92%" in verdict(two, [], [])["headline"]
+    three = [*two, {"window_ns": 1000, "busy_ns": 500}]
+    assert "GPUs busy 4%-92% (3 devices)" in verdict(three, [], [])["headline"]
+    close = [{"window_ns": 1000, "busy_ns": 450}, {"window_ns": 1000, "busy_ns": 470}]
+    assert "GPU busy 46%" in verdict(close, [], [])["headline"]

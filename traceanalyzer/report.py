@@ -464,6 +464,22 @@ def _step_words(paths: Sequence[Mapping[str, Any]], step: int) -> str:
     return text + f" ({n} step{'s' if n > 1 else ''}{spread})"
 
 
+#: Devices whose busy shares differ by this much are named apart in the headline.
+BUSY_SPREAD = 0.10
+
+
+def _busy_words(devices: Sequence[Mapping[str, Any]], busy: float) -> str:
+    """ "GPU busy 63%"; with several devices whose shares differ by BUSY_SPREAD or more,
+    each device's (two) or their range, never their average alone: a 4 % device beside a
+    92 % one is not 48 % busy."""
+    shares = [d["busy_ns"] / d["window_ns"] for d in devices if d.get("window_ns")]
+    if len(shares) < 2 or max(shares) - min(shares) < BUSY_SPREAD:
+        return f"GPU busy {busy:.0%}"
+    if len(shares) == 2:
+        return f"GPUs busy {shares[0]:.0%} and {shares[1]:.0%}"
+    return f"GPUs busy {min(shares):.0%}-{max(shares):.0%} ({len(shares)} devices)"
+
+
 def verdict(
     devices: list[DeviceDict],
     paths: list[dict[str, Any]],
@@ -538,7 +554,7 @@ def verdict(
         kinds = "" if cause is not None and cause.rule == "TA018" else _kinds_words(findings)
         facts.append(_step_words(paths, step) + kinds)
     if busy is not None:
-        facts.append(f"GPU busy {busy:.0%}")
+        facts.append(_busy_words(devices, busy))
     saving = top.impact_ns if top is not None else None
     if top is not None:
         fix = f"fixing {top.rule} ({top.title})"

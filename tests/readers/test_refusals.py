@@ -87,3 +87,20 @@ def test_many_launches_without_activity_mean_lost_buffers(tmp_path: Path) -> Non
     events += [_runtime("cudaLaunchKernel", i, ext=i) for i in range(1200)]
     line = _refusal(write_trace(tmp_path / "many.json", events))
     assert "launched 1200 kernels" in line and "lost its GPU buffers" in line
+
+
+def test_a_memory_timeline_is_named_for_what_it_is(tmp_path: Path) -> None:
+    """torch.profiler's export_memory_timeline JSON ([times], [[bytes per category]]) is not
+    a CPU-only trace: it is named, with the export that gives a trace."""
+    path = tmp_path / "memory.json"
+    path.write_text(json.dumps([[1000, 2000, 3000], [[1, 2, 3, 4, 5, 6, 7, 8]] * 3]))
+    err = _refusal(path)
+    assert "export_memory_timeline" in err and "export_chrome_trace" in err
+    assert "CPU-only" not in err
+
+
+def test_a_perfetto_protobuf_is_named_with_its_converter(tmp_path: Path) -> None:
+    path = tmp_path / "run.pftrace"
+    path.write_bytes(b"\x0a\x10\x08\x01" * 8)
+    err = _refusal(path)
+    assert "Perfetto protobuf" in err and "traceconv" in err

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import re
 import shutil
 import sqlite3
 import tempfile
@@ -13,6 +14,7 @@ from traceanalyzer.errors import TraceAnalyzerError, TraceFormatError, Unsupport
 from traceanalyzer.model import Timeline
 from traceanalyzer.readers import nsys_rep
 from traceanalyzer.readers.base import GZIP_MAGIC, SQLITE_MAGIC, ByteSource, Reader, head_bytes
+from traceanalyzer.readers.chrome_tail import WHITESPACE
 from traceanalyzer.readers.chrome_trace import ChromeTraceReader
 from traceanalyzer.readers.nsys_sqlite import NsysSqliteReader
 
@@ -30,6 +32,7 @@ def detect(path: Path) -> Reader:
         raise TraceFormatError(
             "the file is empty", path=path, hint="the profiler may have crashed before writing"
         )
+    _not_a_trace(path)
     for reader in READERS.values():
         if reader.sniff(path):
             return reader
@@ -166,3 +169,30 @@ def _read_gzipped_sqlite(path: Path) -> Timeline:
 
 
 __all__ = ["READERS", "detect", "read"]
+
+
+#: torch.profiler's `export_memory_timeline` JSON: `[[times...], [[bytes per category]...]]`.
+_MEMORY_TIMELINE = re.compile(rb"^\[\s*\[\s*-?\d")
+#: Perfetto's protobuf traces, by name (their bytes have no mark of their own).
+_PERFETTO_SUFFIXES = (".pftrace", ".perfetto-trace", ".perfetto")
+
+
+def _not_a_trace(path: Path) -> None:
+    """Files people hand over for a trace that are not one, each named with what to record
+    or convert instead."""
+    head = head_bytes(path, 256).lstrip(WHITESPACE)
+    if _MEMORY_TIMELINE.match(head):
+        raise UnsupportedTraceError(
+            "not a trace: this is torch.profiler's export_memory_timeline output (memory by "
+            "category over time), which holds no kernels or steps",
+            path=path,
+            hint="export the trace itself: prof.export_chrome_trace(path), or "
+            "tensorboard_trace_handler",
+        )
+    if path.name.lower().endswith(_PERFETTO_SUFFIXES):
+        raise UnsupportedTraceError(
+            "a Perfetto protobuf trace: not read",
+            path=path,
+            hint="convert it to JSON with Perfetto's traceconv (traceconv json IN OUT.json), "
+            "or record with torch.profiler (export_chrome_trace)",
+        )

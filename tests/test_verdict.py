@@ -149,3 +149,23 @@ def test_busy_shares_are_never_averaged_across_devices() -> None:
     assert "GPUs busy 4%-92% (3 devices)" in verdict(three, [], [])["headline"]
     close = [{"window_ns": 1000, "busy_ns": 450}, {"window_ns": 1000, "busy_ns": 470}]
     assert "GPU busy 46%" in verdict(close, [], [])["headline"]
+
+
+def test_nothing_is_per_step_without_steps() -> None:
+    """An Nsight export without step markers (a CUDA sample on an RTX 3060 whose pageable
+    copies TA009 counts): no finding's message or the headline says "per step" (it said
+    "2.0 per step"); the figures are the window's."""
+    import pytest
+
+    from tests.conftest import corpus
+    from traceanalyzer import api
+
+    root = corpus()
+    if root is None:
+        pytest.skip("needs the shared corpus (TRACEANALYZER_CORPUS)")
+    doc = api.report(root / "public" / "nsys" / "cuda_perf_sandbox_rtx3060.sqlite").to_json_dict()
+    assert doc["window"]["basis"] == "trace" and doc["diagnoses"]
+    assert "per step" not in doc["verdict"]["headline"]
+    for f in doc["diagnoses"]:
+        assert "per step" not in f["message"], f["message"]
+    assert any("in the window" in f["message"] for f in doc["diagnoses"])

@@ -229,6 +229,10 @@ def _same(text: str) -> str:
     return text
 
 
+#: "per step" in a message, said of a trace without steps (its window is the one step).
+_PER_STEP = re.compile(r" per (?:steady )?step\b")
+
+
 class Rule:
     """A diagnosis rule: subclass it, set the class attributes, write `check`.
 
@@ -291,6 +295,9 @@ class Rule:
             impact_ns = max(0, impact_ns if cap is None else min(impact_ns, cap))
         share = ctx.share_of_step(scope.rank, impact_ns)
         words = _vendor_words if ctx.amd else _same
+        if ctx.metrics.basis == "trace":
+            # no step markers: the window is the one "step" every figure is counted over
+            message = _PER_STEP.sub(" in the window", message)
         return Finding(
             rule=self.code,
             slug=self.slug,

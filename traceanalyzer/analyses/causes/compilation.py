@@ -21,7 +21,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceanalyzer.analyses.causes import signatures as sig
-from traceanalyzer.analyses.causes.nesting import KEYS
+from traceanalyzer.analyses.causes.nesting import KEYS, outermost
 from traceanalyzer.analyses.timeline.intervals import in_ranges, minus
 from traceanalyzer.model import Kind, Timeline
 
@@ -66,11 +66,8 @@ def compiled_regions(timeline: Timeline, markers: pl.LazyFrame) -> pl.DataFrame:
         )
     )
     steps = markers.select("rank", "step", "start_ns", "end_ns")
-    # a run nested in another region's run (a resumed frame inside its caller's)
-    reach = pl.col("end_ns").cum_max().shift(1).over(KEYS)
-    runs = runs.sort(*KEYS, "start_ns", "end_ns", descending=[False] * 4 + [True]).with_columns(
-        top=reach.is_null() | (reach < pl.col("end_ns"))
-    )
+    # a run nested in another region's run (a resumed frame inside its caller's) is not top
+    runs = outermost(runs, "top")
     inside = in_ranges(runs, steps, "rank")
     lookups = (
         in_ranges(host.filter(pl.col("name").str.contains(sig.CACHE_LOOKUP)), steps, "rank")

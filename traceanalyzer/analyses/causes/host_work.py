@@ -51,7 +51,7 @@ from traceanalyzer.analyses.causes import signatures as sig
 from traceanalyzer.analyses.causes.compilation import region_glue
 from traceanalyzer.analyses.causes.ddp_sync import extra_rounds
 from traceanalyzer.analyses.causes.host_batch import batch_work, paired
-from traceanalyzer.analyses.causes.nesting import KEYS, inside
+from traceanalyzer.analyses.causes.nesting import KEYS, inside, outermost
 from traceanalyzer.analyses.causes.recompute import forward_in_backward, launched_in
 from traceanalyzer.analyses.timeline.intervals import busy_before, in_ranges, union
 from traceanalyzer.model import Kind, Timeline
@@ -205,14 +205,10 @@ def library_setup(events: pl.LazyFrame, ranges: pl.LazyFrame) -> pl.LazyFrame:
         library.join(waited, on=[*KEYS, "start_ns"], how="left")
         .with_columns(pl.col("syncs").fill_null(False))
         .filter(pl.col("syncs") | (pl.col("end_ns") - pl.col("start_ns") >= SETUP_MIN_NS))
-        .sort(*KEYS, "start_ns", pl.col("end_ns"), descending=[False] * 4 + [True])
     )
-    # outermost: no earlier picked operator on the thread ends at or after its end; it
-    # synchronises where an operator nested in it does
-    before = pl.col("end_ns").cum_max().shift(1).over(KEYS)
-    outer = before.is_null() | (before < pl.col("end_ns"))
+    # the outermost picked operators; one synchronises where an operator nested in it does
     return (
-        picked.with_columns(_outer=outer)
+        outermost(picked)
         .with_columns(_group=pl.col("_outer").cum_sum().over(KEYS))
         .with_columns(syncs=pl.col("syncs").any().over(*KEYS, "_group"))
         .filter("_outer")

@@ -31,3 +31,13 @@ def inside(ranges: pl.LazyFrame, outer: str, inner: str) -> pl.LazyFrame:
         .filter(pl.col("_o_end").is_not_null() & (pl.col("end_ns") <= pl.col("_o_end")))
         .drop("_o_end")
     )
+
+
+def outermost(ranges: pl.LazyFrame, name: str = "_outer") -> pl.LazyFrame:
+    """`ranges` (with KEYS, start_ns, end_ns) sorted by thread and start, the enclosing one
+    first where two start together, with a column `name`: true where no earlier range on
+    the thread reaches its end (it is not nested in another of them)."""
+    reach = pl.col("end_ns").cum_max().shift(1).over(KEYS)
+    return ranges.sort(*KEYS, "start_ns", "end_ns", descending=[False] * 4 + [True]).with_columns(
+        (reach.is_null() | (reach < pl.col("end_ns"))).alias(name)
+    )

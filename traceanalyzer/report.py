@@ -84,6 +84,7 @@ class DeviceDict(TypedDict):
     tensor_core: TensorCoreDict
     flops: dict[str, Any] | None
     memory: dict[str, Any] | None
+    launch: dict[str, Any] | None
 
 
 class StepDict(TypedDict):
@@ -121,6 +122,7 @@ class KernelsDict(TypedDict):
     classes: list[dict[str, Any]]
     launch_size_histogram: list[dict[str, Any]]
     small_kernels: dict[str, Any]
+    launch_shapes: list[dict[str, Any]]
 
 
 class IdleDict(TypedDict):
@@ -265,6 +267,26 @@ def _memory_rows(metrics: Metrics) -> dict[tuple[int, int], dict[str, Any]]:
     }
 
 
+def _launch_rows(metrics: Metrics) -> dict[tuple[int, int], dict[str, Any]]:
+    """Per device with recorded launch shapes: its SM count, where the SM limits came from,
+    the kernel time with a shape, the share of the SMs its kernels kept busy over that time
+    (time-weighted SM fill) and the underfilled launches' count and time."""
+    out = {}
+    for r in metrics.launch_shapes.per_device.iter_rows(named=True):
+        if not r["shaped_ns"]:
+            continue
+        out[(r["rank"], r["device"])] = {
+            "sm_count": r["sms"],
+            "limits_source": r["limits"],
+            "shaped_ns": r["shaped_ns"],
+            "sm_fill_share": r["filled_ns"] / r["shaped_ns"] if r["sms"] else None,
+            "underfilled_count": r["underfilled_count"],
+            "underfilled_ns": r["underfilled_ns"],
+            "removed_ns": r["removed_ns"],
+        }
+    return out
+
+
 def _diagnosis(f: Finding, basis: str) -> dict[str, Any]:
     """The contract's diagnosis object, with `impact_per`: "step" where the window is made
     of steps, "window" where the trace has no step markers (the impact is the window's)."""
@@ -366,6 +388,7 @@ BOUND_BY_CATEGORY: dict[str, str] = {
     "library_setup": "host",
     "graph_breaks": "host",
     "ddp_no_sync": "host",
+    "underfilled_launches": "gpu_compute",
 }
 #: Findings that come first in the headline but say nothing of what bounds the job (a copy
 #: is neither host nor compute; cast kernels that take 10-20 % of a GPU-bound step do not
@@ -391,6 +414,12 @@ BOUND_WORDS: dict[str, str] = {
     "idle": "GPU mostly idle",
     "mixed": "mixed",
 }
+#: Under this share of the SMs kept at work by a busy GPU's kernels (time-weighted SM fill of
+#: their launch shapes), the headline says so beside the busy share.
+LOW_FILL_SHARE = 0.5
+#: ... said of devices busy at least this share of their window (an idle GPU is not working
+#: either way).
+LOW_FILL_BUSY_SHARE = 0.5
 #: With this many steady steps or fewer, the headline gives the steps' range: a rough period.
 FEW_STEPS = 3
 #: ... and calls it rough where its steps differ by more than this share of the period.
@@ -474,10 +503,32 @@ def _busy_words(devices: Sequence[Mapping[str, Any]], busy: float) -> str:
     92 % one is not 48 % busy."""
     shares = [d["busy_ns"] / d["window_ns"] for d in devices if d.get("window_ns")]
     if len(shares) < 2 or max(shares) - min(shares) < BUSY_SPREAD:
-        return f"GPU busy {busy:.0%}"
+        return f"GPU busy {busy:.0%}" + _fill_words(devices)
     if len(shares) == 2:
-        return f"GPUs busy {shares[0]:.0%} and {shares[1]:.0%}"
+        return f"GPUs busy {shares[0]:.0%} and {shares[1]:.0%}" + _fill_words(devices)
     return f"GPUs busy {min(shares):.0%}-{max(shares):.0%} ({len(shares)} devices)"
+
+
+def _fill_words(devices: Sequence[Mapping[str, Any]]) -> str:
+    """ ", but its kernels fill 1% of the SMs": where the busy devices' kernels keep under
+    LOW_FILL_SHARE of the SMs at work over their time (launch shapes: `devices[].launch`),
+    the least filled device's, among those busy LOW_FILL_BUSY_SHARE of their window or more:
+    busy is not working."""
+    fills = [
+        (d["launch"]["sm_fill_share"], d)
+        for d in devices
+        if d.get("launch")
+        and d["launch"]["sm_fill_share"] is not None
+        and d.get("window_ns")
+        and d["busy_ns"] >= LOW_FILL_BUSY_SHARE * d["window_ns"]
+    ]
+    if not fills:
+        return ""
+    fill, _ = min(fills, key=lambda f: f[0])
+    if fill >= LOW_FILL_SHARE:
+        return ""
+    which = "its" if len(devices) == 1 else "a GPU's"
+    return f", but {which} kernels fill {fill:.0%} of the SMs"
 
 
 def verdict(
@@ -868,6 +919,7 @@ def build_report(
     names = {(d.rank, d.device): d.name for d in meta.devices}
     flop_rows = _flop_rows(metrics)
     memory_rows = _memory_rows(metrics)
+    launch_rows = _launch_rows(metrics)
     devices: list[DeviceDict] = [
         {
             "rank": r["rank"],
@@ -898,6 +950,7 @@ def build_report(
             },
             "flops": flop_rows.get((r["rank"], r["device"])),
             "memory": memory_rows.get((r["rank"], r["device"])),
+            "launch": launch_rows.get((r["rank"], r["device"])),
         }
         for r in metrics.devices.rows()
     ]
@@ -963,6 +1016,7 @@ def build_report(
                 "count_share": metrics.kernels.small_count_share,
                 "time_share": metrics.kernels.small_time_share,
             },
+            "launch_shapes": _rows(metrics.launch_shapes.kernels),
         },
         idle={
             "launch_gap_max_ns": metrics.idle.launch_gap_max_ns,

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from traceanalyzer.analyses.causes import impact as causes_impact
+from traceanalyzer.analyses.counters import launch_shapes
 from traceanalyzer.analyses.critical_path import critical_path
 from traceanalyzer.analyses.distributed import overlap
 from traceanalyzer.analyses.gpu import (
@@ -29,6 +30,7 @@ from traceanalyzer.analyses.timeline.frames import SchemaDriftError, check_schem
 
 if TYPE_CHECKING:
     from traceanalyzer.analyses.causes.impact import CauseImpact, Causes
+    from traceanalyzer.analyses.counters.launch_shapes import LaunchShapes, UnderfillImpact
     from traceanalyzer.analyses.critical_path.critical_path import CriticalPath
     from traceanalyzer.analyses.distributed.collectives import CollectiveSplit, OverlapImpact
     from traceanalyzer.analyses.distributed.imbalance import RankBalance
@@ -80,6 +82,7 @@ FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
     **{f"startup.{k}": dict(v) for k, v in startup.Startup.SCHEMAS.items()},
     **{f"periods.{k}": dict(v) for k, v in steady.Periods.SCHEMAS.items()},
     **{f"causes.{k}": dict(v) for k, v in causes_impact.Causes.SCHEMAS.items()},
+    **{f"launch_shapes.{k}": dict(v) for k, v in launch_shapes.LaunchShapes.SCHEMAS.items()},
 }
 #: Columns a frame carries only where the trace has them (`<field>.<frame>` for a typed
 #: result's, from its `OPTIONAL`).
@@ -171,6 +174,10 @@ class Metrics:
       compiled graphs per step, the layout-transposing kernels (analyses/causes/:
       impact.Causes); `cause_model`: per cause and device, what removing it saves
       (impact.cause_impact).
+    - `launch_shapes`: the kernels' launch shapes against their devices' limits (blocks per
+      SM, occupancy, waves, SM fill) and the launches that leave most SMs idle
+      (analyses/counters/launch_shapes.py: launch_shapes.LaunchShapes); `underfill_model`:
+      per device, what filling the GPU with them saves (launch_shapes.underfill_impact).
     """
 
     basis: str
@@ -209,3 +216,5 @@ class Metrics:
     startup_model: tuple[DeviceStartup, ...]
     causes: Causes
     cause_model: tuple[CauseImpact, ...]
+    launch_shapes: LaunchShapes
+    underfill_model: tuple[UnderfillImpact, ...]

@@ -15,6 +15,11 @@ class DeviceInfo:
     compute_capability: str | None = None
     sm_count: int | None = None
     memory_bytes: int | None = None
+    #: the SM's limits on resident work (occupancy), where the trace records them
+    max_threads_per_sm: int | None = None
+    max_blocks_per_sm: int | None = None
+    regs_per_sm: int | None = None
+    shared_mem_per_sm: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,6 +53,11 @@ COLUMNS: dict[str, tuple[pl.DataType, str]] = {
     "block": (pl.List(pl.Int32()), "kernel block size [x, y, z] in threads"),
     "registers": (pl.Int32(), "kernel registers per thread"),
     "shared_mem_bytes": (pl.Int64(), "kernel shared memory per block (static + dynamic), bytes"),
+    "local_mem_bytes": (
+        pl.Int64(),
+        "kernel local memory per thread (register spills, stack), bytes; Nsight records it, "
+        "Kineto does not",
+    ),
     "bytes": (
         pl.Int64(),
         "bytes moved by a memcpy or set by a memset; for a memory event, the device's total "

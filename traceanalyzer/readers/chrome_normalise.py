@@ -178,6 +178,7 @@ def normalise(raw: pl.DataFrame) -> Frame:
                 block=_int_list(pl.col("block")),
                 registers=pl.col("registers per thread").cast(pl.Int32),
                 shared_mem_bytes=pl.col("shared memory"),
+                local_mem_bytes=pl.lit(None, pl.Int64),
                 bytes=pl.when(pl.col("_memory"))
                 .then(pl.col("Total Allocated"))
                 .otherwise(pl.col("bytes")),

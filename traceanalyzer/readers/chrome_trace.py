@@ -754,6 +754,9 @@ def _to_timeline(part: Parsed, rank: int, rank_source: str, source_path: str) ->
             ),
             sm_count=d.get("numSms"),
             memory_bytes=d.get("totalGlobalMem"),
+            max_threads_per_sm=_positive(d.get("maxThreadsPerMultiprocessor")),
+            regs_per_sm=_positive(d.get("regsPerMultiprocessor")),
+            shared_mem_per_sm=_positive(d.get("sharedMemPerMultiprocessor")),
         )
         for i, d in enumerate(header.get("deviceProperties") or [])
         if isinstance(d, dict)
@@ -787,3 +790,8 @@ def _to_timeline(part: Parsed, rank: int, rank_source: str, source_path: str) ->
         ),
     )
     return Timeline(events=events, meta=meta)
+
+
+def _positive(value: object) -> int | None:
+    """A device property that is a positive integer, else None (absent, or written oddly)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None

@@ -308,7 +308,9 @@ def device_infos(
 
         for row in con.execute(
             f"SELECT {col('id')}, {col('cuDevice')}, {col('name')}, {col('computeMajor')}, "
-            f"{col('computeMinor')}, {col('smCount')}, {col('totalMemory')} FROM {gpu_table}"
+            f"{col('computeMinor')}, {col('smCount')}, {col('totalMemory')}, "
+            f"{col('maxWarpsPerSm')} * {col('threadsPerWarp')}, {col('maxBlocksPerSm')}, "
+            f"{col('maxRegistersPerSm')}, {col('maxShmemPerSm')} FROM {gpu_table}"
         ):
             if row[0] is not None:
                 gpus[int(row[0])] = row[2:]
@@ -333,7 +335,7 @@ def device_infos(
         if desc is None:
             infos.append(DeviceInfo(rank=rank, device=device, sm_count=sms.get((pid, device))))
             continue
-        name, major, minor, sm_count, memory = desc
+        name, major, minor, sm_count, memory, threads, blocks, regs, smem = desc
         infos.append(
             DeviceInfo(
                 rank=rank,
@@ -342,6 +344,10 @@ def device_infos(
                 compute_capability=f"{major}.{minor}" if major is not None else None,
                 sm_count=_int(sm_count) if sm_count is not None else sms.get((pid, device)),
                 memory_bytes=_int(memory),
+                max_threads_per_sm=_int(threads),
+                max_blocks_per_sm=_int(blocks),
+                regs_per_sm=_int(regs),
+                shared_mem_per_sm=_int(smem),
             )
         )
     return infos

@@ -312,6 +312,7 @@ def _kernel_columns(pr: sp.Probe) -> list[Column]:
         *((c, _col(pr, t, c), _I32) for c in ("gridX", "gridY", "gridZ")),
         *((c, _col(pr, t, c), _I32) for c in ("blockX", "blockY", "blockZ")),
         ("shared_mem_bytes", smem, _I),
+        ("local_mem_bytes", _col(pr, t, "localMemoryPerThread"), _I),
     ]
 
 

@@ -42,6 +42,7 @@ from traceanalyzer.rules.ta021_host_built_batch import HostBuiltBatch
 from traceanalyzer.rules.ta022_library_setup import LibrarySetup
 from traceanalyzer.rules.ta023_graph_breaks import GraphBreaks
 from traceanalyzer.rules.ta024_ddp_no_sync import DdpNoSync
+from traceanalyzer.rules.ta025_underfilled_launches import UnderfilledLaunches
 
 ALL_RULES: list[type[Rule]] = [
     GpuStarvation,
@@ -68,6 +69,7 @@ ALL_RULES: list[type[Rule]] = [
     LibrarySetup,
     GraphBreaks,
     DdpNoSync,
+    UnderfilledLaunches,
 ]
 
 

@@ -42,6 +42,7 @@ CATEGORIES = (
     "library_setup",
     "graph_breaks",
     "ddp_no_sync",
+    "underfilled_launches",
 )
 #: A fix that saves at least this share of step time is critical / a warning; less is info.
 CRITICAL_SHARE = 0.30

@@ -33,6 +33,7 @@ CAUSE_CATEGORIES = (
     "library_setup",
     "graph_breaks",
     "ddp_no_sync",
+    "underfilled_launches",
 )
 
 

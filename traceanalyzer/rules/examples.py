@@ -157,14 +157,45 @@ def on_rank(rank: int, events: list[Event]) -> list[Event]:
     return [{**ev, "rank": rank} for ev in events]
 
 
+def device_properties(
+    sm_count: int = 132, major: int = 9, minor: int = 0, name: str = "NVIDIA H100 80GB HBM3"
+) -> Event:
+    """Not an event: the trace's `deviceProperties` (one GPU), lifted into the document by
+    `write_example` (launch shapes are read against the device's SMs)."""
+    return {
+        HEADER: {
+            "deviceProperties": [
+                {
+                    "id": 0,
+                    "name": name,
+                    "computeMajor": major,
+                    "computeMinor": minor,
+                    "numSms": sm_count,
+                    "maxThreadsPerMultiprocessor": 2048,
+                    "regsPerMultiprocessor": 65536,
+                    "sharedMemPerMultiprocessor": 233472,
+                }
+            ]
+        }
+    }
+
+
+#: The key of an example entry that is part of the document, not an event.
+HEADER = "_document"
+
+
 def write_example(events: list[Event], folder: Path, name: str) -> Path:
     """Write an example trace under `folder`: one file `name.json`, or, where events carry a
     rank (`on_rank`), a folder `name/` with one `rank{N}.json` per rank. Returns the path to
-    read."""
+    read. Entries made by `device_properties` go into the document's header."""
+    header: dict[str, Any] = {}
+    for ev in events:
+        header.update(ev.get(HEADER, {}))
+    events = [ev for ev in events if HEADER not in ev]
     ranks = sorted({ev["rank"] for ev in events if "rank" in ev})
     if not ranks:
         path = folder / f"{name}.json"
-        path.write_text(json.dumps({"traceEvents": events}))
+        path.write_text(json.dumps({**header, "traceEvents": events}))
         return path
     job = folder / name
     job.mkdir(parents=True, exist_ok=True)
@@ -172,6 +203,10 @@ def write_example(events: list[Event], folder: Path, name: str) -> Path:
         mine = [
             {k: v for k, v in ev.items() if k != "rank"} for ev in events if ev.get("rank") == r
         ]
-        doc = {"distributedInfo": {"rank": r, "world_size": len(ranks)}, "traceEvents": mine}
+        doc = {
+            **header,
+            "distributedInfo": {"rank": r, "world_size": len(ranks)},
+            "traceEvents": mine,
+        }
         (job / f"rank{r}.json").write_text(json.dumps(doc))
     return job

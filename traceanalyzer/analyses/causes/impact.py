@@ -42,6 +42,7 @@ from traceanalyzer.analyses.causes.host_work import HOST_SCHEMA, NAMES_SCHEMA, Z
 from traceanalyzer.analyses.causes.layout import LAYOUT_SCHEMA
 from traceanalyzer.analyses.causes.recompute import RECOMPUTE_SCHEMA
 from traceanalyzer.analyses.causes.step_kinds import KINDS_SCHEMA, SLOW_WORK_SCHEMA
+from traceanalyzer.analyses.critical_path.critical_path import bounding_share
 from traceanalyzer.analyses.timeline.frames import Schemas, check_frames
 from traceanalyzer.analyses.timeline.startup import DeviceStartup
 from traceanalyzer.analyses.timeline.windows import StepCounts
@@ -207,7 +208,7 @@ def cause_impact(
             # the host side (the idle under it) and the GPU side is what it costs
             launched = redone if r["cause"] == "recompute" else fills
             gpu = (launched.get((rank, device)) or {}).get("kernel_ns", 0) // per
-            bound = _bounding_share(
+            bound = bounding_share(
                 savings.get((rank, GPU_SCENARIO)), kernel.get((rank, device), 0) // per
             )
             gpu_part = round(gpu * bound)
@@ -252,7 +253,7 @@ def cause_impact(
         if not per or (rank, device) in hosted:
             continue
         gpu = (r["kernel_ns"] or 0) // per
-        bound = _bounding_share(
+        bound = bounding_share(
             savings.get((rank, GPU_SCENARIO)), kernel.get((rank, device), 0) // per
         )
         gpu_part = round(gpu * bound)
@@ -283,7 +284,7 @@ def cause_impact(
         if not per:
             continue
         own = round((r["transpose_ns"] + (1 - NHWC_NORM_RATIO) * r["nchw_norm_ns"]) / per)
-        bound = _bounding_share(
+        bound = bounding_share(
             savings.get((rank, GPU_SCENARIO)), kernel.get((rank, device), 0) // per
         )
         explained = round(own * bound)
@@ -303,11 +304,3 @@ def cause_impact(
             )
         )
     return tuple(out)
-
-
-def _bounding_share(saving_2x: int | None, kernel_per_step: int) -> float:
-    """The share of the kernels' time that bounds the step (the module docstring); 1 without
-    a critical path."""
-    if saving_2x is None or not kernel_per_step:
-        return 1.0
-    return max(0.0, min(1.0, 2 * saving_2x / kernel_per_step))

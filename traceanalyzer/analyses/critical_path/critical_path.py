@@ -518,6 +518,18 @@ def per_rank(steps: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def bounding_share(saving_2x: int | None, kernel_per_step: int) -> float:
+    """The share of a device's kernel time per step that bounds the step: the `gpu_compute_2x`
+    what-if (every kernel twice as fast) saves half of the kernel time on the critical path,
+    so twice its saving over the kernel time per step is that share (1 for a GPU-bound step,
+    less where the host bounds it). 1 without a critical path. Every fix that removes kernel
+    time (the causes' layout, recompute and fills; the launch shapes' fill) is priced with
+    it: the what-ifs claim the time once, for all of them."""
+    if saving_2x is None or not kernel_per_step:
+        return 1.0
+    return max(0.0, min(1.0, 2 * saving_2x / kernel_per_step))
+
+
 def mean_savings(what_if: pl.DataFrame) -> dict[tuple[int, str], int]:
     """(rank, scenario) -> the mean time a what-if saves per sampled step of the rank
     (`CriticalPaths.what_if`), rounded to the ns: what the rules read as `Context.saving`

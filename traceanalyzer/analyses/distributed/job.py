@@ -17,6 +17,7 @@ import polars as pl
 
 from traceanalyzer.analyses import context
 from traceanalyzer.analyses.causes import impact as causes_impact
+from traceanalyzer.analyses.counters import launch_shapes
 from traceanalyzer.analyses.critical_path import critical_path
 from traceanalyzer.analyses.distributed import collectives, imbalance, overlap
 from traceanalyzer.analyses.distributed.rank import Flagged, Options, RankPart
@@ -188,6 +189,9 @@ def _merge(
         recompute=_concat(parts, "recompute"),
         zero_fill=_concat(parts, "zero_fill"),
     )
+    shaped = launch_shapes.LaunchShapes(
+        per_device=_concat(parts, "launch_devices"), kernels=_concat(parts, "launch_kernels")
+    )
     return Metrics(
         basis="steps" if by_steps else "trace",
         steps=windows.Steps(
@@ -268,6 +272,8 @@ def _merge(
         startup_model=once_model,
         causes=found,
         cause_model=causes_impact.cause_impact(found, dev, once_model, savings, counts),
+        launch_shapes=shaped,
+        underfill_model=launch_shapes.underfill_impact(shaped.per_device, savings, counts),
     )
 
 

@@ -30,6 +30,7 @@ from traceanalyzer.analyses.causes import (
     recompute,
     step_kinds,
 )
+from traceanalyzer.analyses.counters import launch_shapes
 from traceanalyzer.analyses.critical_path import critical_path
 from traceanalyzer.analyses.critical_path.critical_graph import GraphInputs
 from traceanalyzer.analyses.distributed import collectives, imbalance, overlap
@@ -407,6 +408,7 @@ def _reduce(
             "host_causes": lambda: _host_causes(timeline, w),
             "compiled_regions": lambda: compilation.compiled_regions(timeline, w.markers),
             "layout": lambda: layout.layout_kernels(in_windows),
+            "launch_shapes": lambda: launch_shapes.launch_shapes(in_windows, gpus),
             "step_kinds": lambda: step_kinds.step_kinds(timeline, w.markers, step_rows),
             "recompute": lambda: _recompute(timeline, w),
             "zero_fill": lambda: host_work.zero_fill_kernels(
@@ -459,6 +461,8 @@ def _reduce(
         "anomaly": done["host_causes"][2],
         "compiled_regions": done["compiled_regions"],
         "layout": done["layout"],
+        "launch_devices": done["launch_shapes"][0],
+        "launch_kernels": done["launch_shapes"][1],
         "step_kinds": done["step_kinds"][0],
         "slow_work": done["step_kinds"][1],
         "recompute": done["recompute"][0],

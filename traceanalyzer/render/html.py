@@ -20,7 +20,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 from markupsafe import Markup
 
 from traceanalyzer.analyses.gpu.idle import CAUSES
-from traceanalyzer.render import figures
+from traceanalyzer.render import figures, launch
 from traceanalyzer.render.base import script_json, static_text
 from traceanalyzer.render.kernel_names import short_names
 from traceanalyzer.render.markdown_html import markdown_html
@@ -545,6 +545,11 @@ def page_context(report: Report) -> dict[str, Any]:
         "name_width": NAME_WIDTH,
         "glossary": markdown_html(static_text("glossary.md"), heading_offset=1),
         "top_names": short_names([k["name"] for k in r.kernels["top"]]),
+        "launch_heads": launch.device_lines(r.devices),
+        "launch_rows": (shaped := launch.shown(r.kernels.get("launch_shapes") or [])),
+        "launch_names": short_names([str(k["name"]) for k in shaped]),
+        "launch_columns": launch.COLUMNS,
+        "launch_cell": launch.cell,
         "css": Markup(static_text("report.css")),
         "script": Markup(script),
         "script_hash": f"sha256-{digest}",

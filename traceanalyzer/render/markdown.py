@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import TextIO
 
+from traceanalyzer.render import launch
 from traceanalyzer.render.grouping import group_findings, ranks_text
 from traceanalyzer.render.kernel_names import short_names
 from traceanalyzer.render.ranks import HEADINGS, cells, folded_note, rank_table, step_heading
@@ -123,5 +124,22 @@ class MarkdownRenderer:
                 f"| {duration(k['total_ns'])} | {percent(k['share'])} | {k['count']} |"
                 f" {_code(name, in_table=True)} |"
             )
+        heads = launch.device_lines(r.devices)
+        shaped = launch.shown(r.kernels.get("launch_shapes") or [])
+        if heads and shaped:
+            lines += ["", "### Launch shapes", ""]
+            lines += [f"- {h}" for h in heads]
+            lines += [
+                "",
+                "| " + " | ".join(h for h, _ in launch.COLUMNS) + " | kernel |",
+                "|" + "---|" * (len(launch.COLUMNS) + 1),
+            ]
+            names = short_names([str(s["name"]) for s in shaped])
+            for s, name in zip(shaped, names, strict=True):
+                lines.append(
+                    "| "
+                    + " | ".join(launch.cell(s, key) for _, key in launch.COLUMNS)
+                    + f" | {_code(name, in_table=True)} |"
+                )
         lines += ["", "Terms (step time, own, exposed, host wait, ...): docs/glossary.md."]
         out.write("\n".join(lines) + "\n")

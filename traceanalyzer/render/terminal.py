@@ -9,6 +9,7 @@ from typing import TextIO
 
 import polars as pl
 
+from traceanalyzer.render import launch
 from traceanalyzer.render.grouping import group_findings, ranks_text
 from traceanalyzer.render.kernel_names import short_names
 from traceanalyzer.render.ranks import HEADINGS, cells, folded_note, rank_table, step_heading
@@ -205,6 +206,7 @@ def _lines(r: Report, width: int = PLAIN_WIDTH) -> list[str]:
             f"  {duration(t['total_ns']):>10} {percent(t['share']):>8} {t['count']:>7}"
             f"  {printable(name, max(24, min(NAME_WIDTH, width - 32)))}"
         )
+    lines += _launch_lines(r, width)
     lines += ["", "Kernel durations"]
     for b in k["duration_histogram"]:
         label = f"{duration(b['lo_ns'])} – {duration(b['hi_ns'])}"
@@ -245,6 +247,25 @@ _GLUE = "\u00a0"
 def _cause_text(by_cause: dict[str, int]) -> str:
     parts = [f"{c} {duration(ns)}".replace(" ", _GLUE) for c, ns in by_cause.items() if ns]
     return ", ".join(parts) or "none"
+
+
+def _launch_lines(r: Report, width: int) -> list[str]:
+    """Launch shapes: per device the SMs its kernels kept busy, and the kernels' shapes."""
+    heads = launch.device_lines(r.devices)
+    rows = launch.shown(r.kernels.get("launch_shapes") or [])
+    if not heads or not rows:
+        return []
+    lines = ["", "Launch shapes (blocks against the SMs; occupancy is theoretical)"]
+    lines += [f"  {h}" for h in heads]
+    lines.append("  " + " ".join(f"{h:>10}" for h, _ in launch.COLUMNS) + "  name")
+    names = short_names([str(k["name"]) for k in rows])
+    for k, name in zip(rows, names, strict=True):
+        lines.append(
+            "  "
+            + " ".join(f"{launch.cell(k, key):>10}" for _, key in launch.COLUMNS)
+            + f"  {printable(name, max(24, min(NAME_WIDTH, width - 80)))}"
+        )
+    return lines
 
 
 def _idle_lines(r: Report) -> list[str]:

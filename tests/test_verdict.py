@@ -54,10 +54,20 @@ def test_a_busy_gpu_is_never_host_bound_by_the_path_alone() -> None:
     assert v["bound_by"] == "gpu_compute"
 
 
-def test_pageable_copies_lead_the_headline_but_do_not_name_the_bound() -> None:
+def test_pageable_copies_that_lead_make_the_job_copy_bound() -> None:
+    """Copies are a wall of their own: neither the host's work nor the GPU's compute."""
     copies = _finding("TA009", "pageable_memcpy", "critical", 500, 0.5)
     v = verdict([_device(1.0)], [], [copies])
-    assert v["bound_by"] == "gpu_compute" and "TA009" in v["headline"]
+    assert v["bound_by"] == "copy" and v["headline"].startswith("copy-bound")
+    assert "TA009" in v["headline"]
+
+
+def test_a_gpu_busy_with_copies_is_copy_bound() -> None:
+    """Busy 90 % of the window, two thirds of it copies: not GPU-compute-bound."""
+    busy = {**_device(0.9), "kernel_ns": 300}
+    assert verdict([busy], [_path(cpu=150, gpu_compute=50)], [])["bound_by"] == "copy"
+    kernels = {**_device(0.9), "kernel_ns": 800}
+    assert verdict([kernels], [_path(cpu=150, gpu_compute=50)], [])["bound_by"] == "gpu_compute"
 
 
 def _cause(rule: str, category: str, impact: int, share: float, words: str) -> Finding:

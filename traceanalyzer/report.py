@@ -389,18 +389,20 @@ BOUND_BY_CATEGORY: dict[str, str] = {
     "graph_breaks": "host",
     "ddp_no_sync": "host",
     "underfilled_launches": "gpu_compute",
+    # copies hold the step: neither the host's compute nor the GPU's
+    "pageable_memcpy": "copy",
 }
-#: Findings that come first in the headline but say nothing of what bounds the job (a copy
-#: is neither host nor compute; cast kernels that take 10-20 % of a GPU-bound step do not
+#: Findings that come first in the headline but say nothing of what bounds the job (cast
+#: kernels that take 10-20 % of a GPU-bound step do not
 #: make it memory-bound, TA004 says when it is): the bound then comes from the critical
 #: path or busy share.
-HEADLINE_ONLY = {"pageable_memcpy", "dtype_casts"}
+HEADLINE_ONLY = {"dtype_casts"}
 #: ... and by the critical path's largest kind, where no such finding fires.
 BOUND_BY_PATH: dict[str, str] = {
     "cpu": "host",
     "gpu_compute": "gpu_compute",
     "comm": "communication",
-    "copy": "host",
+    "copy": "copy",
     "sync_wait": "sync",
     "idle": "idle",
 }
@@ -411,6 +413,7 @@ BOUND_WORDS: dict[str, str] = {
     "communication": "communication-bound",
     "launch": "launch-bound",
     "sync": "sync-bound",
+    "copy": "copy-bound",
     "idle": "GPU mostly idle",
     "mixed": "mixed",
 }
@@ -588,7 +591,12 @@ def verdict(
         kind, ns = max(sorted(totals.items()), key=lambda kv: kv[1], default=("", 0))
         bound = BOUND_BY_PATH.get(kind, "mixed") if path and ns / path >= BOUND_SHARE else "mixed"
         if busy is not None and busy >= BUSY_GPU_BOUND and bound in ("host", "idle", "mixed"):
-            bound = "gpu_compute"  # a GPU this busy is not waiting for anything
+            # a GPU this busy is not waiting for anything: busy with kernels, or with copies
+            kernels = sum(
+                d["busy_ns"] if d.get("kernel_ns") is None else d["kernel_ns"] for d in devices
+            )
+            busy_ns = sum(d["busy_ns"] for d in devices)
+            bound = "copy" if 2 * (busy_ns - kernels) > busy_ns else "gpu_compute"
         if bound == "gpu_compute" and _memory_share(devices) >= MEMORY_BOUND_SHARE:
             bound = "memory"  # busy with kernels that wait for memory, not for the SMs
     facts = []

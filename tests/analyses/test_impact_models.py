@@ -6,10 +6,13 @@ restate each model's docs one row at a time, in plain Python."""
 
 from __future__ import annotations
 
+import gzip
 import statistics
 from functools import cache
 from pathlib import Path
 
+import orjson
+import polars as pl
 import pytest
 
 from traceanalyzer.analyses import Metrics, analyze
@@ -70,42 +73,83 @@ def test_sync_model_against_a_loop(name: str) -> None:
 
 
 def test_pageable_model_against_a_loop() -> None:
+    """Both directions: each device's pageable copies less the same bytes at the pinned rate
+    (its own pinned copies of the direction, else of the other, else the GPU's assumed
+    link: H100, PCIe 5.0 x16, 50 GB/s), no more than their time outside kernels."""
     m = _metrics("pageable_copies.json.gz")
-    sums: dict[tuple[int, int, str], list[int]] = {}
+    sums: dict[tuple[int, int, str, str], list[int]] = {}
     for c in m.copies.summary.iter_rows(named=True):
-        if c["copy_kind"] == "HtoD":
-            key = (c["rank"], c["device"], c["src_memory"])
-            total = sums.setdefault(key, [0, 0, 0])
+        if c["copy_kind"] in ("HtoD", "DtoH"):
+            host = c["src_memory"] if c["copy_kind"] == "HtoD" else c["dst_memory"]
+            key = (c["rank"], c["device"], c["copy_kind"], host)
+            total = sums.setdefault(key, [0, 0, 0, 0])
             total[0] += c["count"]
             total[1] += c["bytes"] or 0
             total[2] += c["time_ns"] or 0
+            total[3] += c["under_kernels_ns"]
     expected = []
-    for (rank, device, memory), (count, size, time) in sorted(sums.items()):
-        if memory != "pageable":
-            continue
-        _n, pinned_bytes, pinned_ns = sums.get((rank, device, "pinned"), [0, 0, 0])
-        gbps = 25.0  # PCIe 4.0 x16, unless the device's own pinned copies say otherwise
-        if pinned_bytes >= 1_000_000 and pinned_ns:
-            gbps = max(pinned_bytes / pinned_ns, 25.0 / 4)
-        excess = max(0, round(time - size / gbps))
-        expected.append(
-            (
-                (rank, device, count, size, time, gbps, excess),
+    for direction in ("HtoD", "DtoH"):
+        other = "DtoH" if direction == "HtoD" else "HtoD"
+        for (rank, device, way, memory), (count, size, time, under) in sorted(sums.items()):
+            if memory != "pageable" or way != direction:
+                continue
+            pinned = sums.get((rank, device, direction, "pinned"), [0, 0, 0, 0])
+            if pinned[1] < 1_000_000:
+                pinned = sums.get((rank, device, other, "pinned"), pinned)
+            gbps = 50.0
+            if pinned[1] >= 1_000_000 and pinned[2]:
+                gbps = max(pinned[1] / pinned[2], 50.0 / 4)
+            excess = min(max(0, round(time - size / gbps)), max(0, time - under))
+            expected.append(
                 (
-                    _per_device_step(m, excess, rank, device),
-                    _per_device_step(m, time, rank, device),
-                ),
+                    (rank, device, direction, count, size, time, gbps, excess),
+                    (
+                        _per_device_step(m, excess, rank, device),
+                        _per_device_step(m, time, rank, device),
+                    ),
+                )
             )
-        )
     got = [
         (
-            (c.rank, c.device, c.count, c.bytes, c.time_ns, c.pinned_gbps, c.excess_ns),
+            (c.rank, c.device, c.direction, c.count, c.bytes, c.time_ns, c.pinned_gbps),
+            c.excess_ns,
             (c.impact_ns, c.ceiling_ns),
         )
         for c in m.pageable_model
     ]
-    assert got == expected and expected
+    assert [(g[0] + (g[1],), g[2]) for g in got] == expected and expected
     assert all(0 < c.excess_ns <= c.time_ns for c in m.pageable_model)
+
+
+def test_copies_under_kernels_against_a_loop() -> None:
+    """`under_kernels_ns`: per copy, its overlap with the union of the device's kernels, by
+    a plain sweep over the trace's events."""
+    path = GPU / "copy_pageable_dtoh.json.gz"
+    doc = orjson.loads(gzip.decompress(path.read_bytes()))
+    kernels = sorted(
+        (e["ts"], e["ts"] + e["dur"]) for e in doc["traceEvents"] if e.get("cat") == "kernel"
+    )
+    merged: list[list[float]] = []
+    for a, b in kernels:
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    m = _metrics("copy_pageable_dtoh.json.gz")
+    wins = m.steps.windows.row(0, named=True)
+    lo, hi = wins["start_ns"] / 1e3, wins["end_ns"] / 1e3
+    under = 0.0
+    for e in doc["traceEvents"]:
+        if e.get("cat") != "gpu_memcpy" or "DtoH" not in e["name"] or "Pageable" not in e["name"]:
+            continue
+        a, b = e["ts"], e["ts"] + e["dur"]
+        if b < lo or a > hi:
+            continue
+        under += sum(max(0.0, min(b, y) - max(a, x)) for x, y in merged)
+    (row,) = m.copies.summary.filter(
+        (pl.col("copy_kind") == "DtoH") & (pl.col("dst_memory") == "pageable")
+    ).iter_rows(named=True)
+    assert row["under_kernels_ns"] == pytest.approx(under * 1e3, abs=row["count"] * 2)
 
 
 def _mean_by_rank(rows: list[dict], column: str, **match: object) -> dict[int, float]:

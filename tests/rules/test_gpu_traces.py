@@ -541,6 +541,73 @@ CASES: dict[str, Truth] = {
     # deterministic index_add_ was faster than the atomic one here: nothing to claim
     "deterministic_index_add.json.gz": Truth(top="TA005", never=CAUSE_RULES),
     "deterministic_off_index_add.json.gz": Truth(top="TA005", never=CAUSE_RULES),
+    # launch shapes, pageable device-to-host copies, a cold call and fusion at three sizes
+    # (tests/data/gpu/README.md, facts_launch_shapes.json, facts_copies_cold.json).
+    # Triton kernel with grid (1,) looping over 2^24 elements: the GPU ~100 % busy on 1 of 132
+    # SMs; grid = cdiv(n, 1024) saves 14.61 ms of 14.68 (facts_launch_shapes.json)
+    "launch_one_block.json.gz": Truth(
+        top="TA025",
+        must={"TA025": "critical"},
+        never=("TA001", "TA003", "TA004", "TA005"),
+    ),
+    # negative control: 32 bf16 GEMMs 8192^3 a step, one wave of 132 blocks each,
+    # compute-bound on Tensor Cores (Nsight: Tensor Active 93.8 %): nothing serious
+    "launch_gemm_healthy.json.gz": Truth(
+        top=None,
+        never=("TA001", "TA003", "TA004", "TA005", "TA006", "TA025"),
+        context={"cuda_graphs": False},
+    ),
+    # batch-1 inference, 16 x (layer_norm + GEMV + add): 64 kernels of ~5 us a step, the GPU
+    # waiting for launches (0.31 ms of kernels in a 0.99 ms step); the layer norm runs 1 block
+    # and the add 4 (too short for TA025's 20 us); cuBLAS's split-K GEMV fills 128 SMs.
+    # Batching 64 rows costs 0.89 ms a step (per row 0.014 ms against 0.99)
+    "launch_small_batch.json.gz": Truth(
+        top="TA003",
+        must={"TA003": "warning"},
+        never=("TA004", "TA005", "TA006"),
+    ),
+    # 256 MiB to pageable host memory by .cpu() every step at 1.36 GB/s (197 ms of 207); the
+    # same trace's pinned copies run at 49.7 GB/s; pinned + non_blocking on a side stream saves
+    # 196.7 ms a step: copy-bound, TA009 (device to host) priced within 30 % of that
+    "copy_pageable_dtoh.json.gz": Truth(
+        top="TA009",
+        must={"TA009": "critical"},
+        never=("TA004", "TA005", "TA006", "TA011"),
+    ),
+    # a small CNN's first call in a fresh process: cuDNN / cuBLAS set-up in the first conv
+    # (106 ms) and linear (78 ms) of a 276 ms single step; 21 kernels, GPU idle > 99 %
+    "cold_first_call.json.gz": Truth(
+        top="TA022",
+        must={"TA022": "warning"},
+        never=("TA004", "TA005", "TA009", "TA011"),
+    ),
+    # the same CNN warm (0.33-0.54 ms a call unprofiled): host/launch-bound, no set-up finding
+    "warm_call.json.gz": Truth(
+        top="TA001",
+        never=("TA004", "TA005", "TA009", "TA022"),
+    ),
+    # hand-written tanh GELU in a 2-block MLP, w 1024: F.gelu(approximate="tanh") saves
+    # 3.46 ms of 5.64; the autocast casts of the fp32 weights (TA010) are real too
+    "gelu_handwritten_w1024.json.gz": Truth(
+        top="TA004",
+        must={"TA004": "warning"},
+        never=("TA001", "TA003", "TA005"),
+        context={"amp_dtype": "bfloat16"},
+    ),
+    # w 2048: the fused GELU saves 6.67 ms of 13.23
+    "gelu_handwritten_w2048.json.gz": Truth(
+        top="TA004",
+        must={"TA004": "warning"},
+        never=("TA001", "TA003", "TA005"),
+        context={"amp_dtype": "bfloat16"},
+    ),
+    # w 4096: the fused GELU saves 12.77 ms of 36.96 (35 %)
+    "gelu_handwritten_w4096.json.gz": Truth(
+        top="TA004",
+        must={"TA004": "info"},
+        never=("TA001", "TA003", "TA005"),
+        context={"amp_dtype": "bfloat16"},
+    ),
     # the third set (facts_pitfalls3.json): DDP (one rank) accumulating 4 micro-batches and
     # all-reducing after each (TA024), its twin under no_sync
     "ddp_accum_without_no_sync.json.gz": Truth(top="TA003", must={"TA024": "warning"}),
@@ -612,7 +679,26 @@ def test_every_gpu_trace_has_a_truth() -> None:
     assert set(REPORTS.values()) <= set(CASES)
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+#: Recorded truths the tool does not reach yet, each with why: strict, so that the day the
+#: tool reaches one the test says so.
+KNOWN_MISSES: dict[str, str] = {
+    "gelu_handwritten_w4096.json.gz": (
+        "the fusion model leaves out autocast's fp32 casts around the hand-written GELU "
+        "(pow runs in fp32): memory-bound kernels read 40 % of kernel time, under TA004's 50 %"
+    ),
+}
+
+
+def _cases_with_misses() -> list[Any]:
+    return [
+        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN_MISSES[n]))
+        if n in KNOWN_MISSES
+        else n
+        for n in sorted(CASES)
+    ]
+
+
+@pytest.mark.parametrize("name", _cases_with_misses())
 def test_verdict_matches_what_the_script_did(name: str, scratch: str) -> None:
     truth = CASES[name]
     doc = _report(name, scratch)

@@ -250,7 +250,9 @@ def _merge(
             mem_model, mem_patterns, paths.steps, savings, counts
         ),
         sync_model=idle.sync_impact(gaps, dev, sync_sites, counts, opts.launch_gap_max_ns),
-        pageable_model=copies.pageable_impact(copied, counts),
+        pageable_model=copies.pageable_impact(
+            copied, counts, {(d.rank, d.device): d.name for d in infos if d.name}
+        ),
         tensor_core_model=gemm_units.tensor_core_impact(dev, paths.steps, savings, counts),
         shape_model=shapes.shape_impact(matmuls, dev, infos, counts),
         overlap_model=collectives.overlap_impact(dev, per_device_comm, split, savings, counts),

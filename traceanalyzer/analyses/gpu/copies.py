@@ -1,5 +1,6 @@
-"""Memory copies: volume, time and achieved bandwidth by direction and memory kind, and
-what pinning the pageable host-to-device copies saves (`pageable_impact`)."""
+"""Memory copies: volume, time and achieved bandwidth by direction and memory kind, the
+part of their time that ran under kernels, and what pinning the pageable copies (host to
+device and device to host) saves (`pageable_impact`)."""
 
 from __future__ import annotations
 
@@ -9,20 +10,29 @@ from typing import ClassVar
 import polars as pl
 
 from traceanalyzer.analyses.timeline.frames import Schemas, check_frames
-from traceanalyzer.analyses.timeline.intervals import overlaps
+from traceanalyzer.analyses.timeline.intervals import busy_before, overlaps, union
 from traceanalyzer.analyses.timeline.windows import DEVICE_KEY, StepCounts
 from traceanalyzer.model import Kind
 
 
 def memcpy_summary(work: pl.LazyFrame, windows: pl.LazyFrame) -> pl.LazyFrame:
     """Per (rank, device, copy_kind, src_memory, dst_memory) inside the window: count,
-    bytes, time_ns (summed durations) and gbps (bytes / time, decimal GB/s; null without
-    bytes or time)."""
+    bytes, time_ns (summed durations), gbps (bytes / time, decimal GB/s: each copy's own
+    time, so copies on concurrent streams are not counted as one slow copy; null without
+    bytes or time) and under_kernels_ns (the part of their time during which a kernel of the
+    device ran: time a faster copy does not give back to a GPU-bound step)."""
     wins = windows.select(*DEVICE_KEY, w_start="start_ns", w_end="end_ns")
     copies = (
         work.filter(pl.col("kind") == Kind.MEMCPY.value)
         .join(wins, on=DEVICE_KEY)
         .filter(overlaps("start_ns", "end_ns", "w_start", "w_end"))
+    )
+    kernels = union(
+        work.filter(pl.col("kind") == Kind.KERNEL.value).select(*DEVICE_KEY, "start_ns", "end_ns"),
+        DEVICE_KEY,
+    )
+    copies = busy_before(
+        busy_before(copies, kernels, DEVICE_KEY, "start_ns"), kernels, DEVICE_KEY, "end_ns"
     )
     keys = [*DEVICE_KEY, "copy_kind", "src_memory", "dst_memory"]
     return (
@@ -31,11 +41,13 @@ def memcpy_summary(work: pl.LazyFrame, windows: pl.LazyFrame) -> pl.LazyFrame:
             count=pl.len().cast(pl.Int64),
             bytes=pl.col("bytes").sum(),
             time_ns=(pl.col("end_ns") - pl.col("start_ns")).sum(),
+            _under=(pl.col("end_ns_busy_ns") - pl.col("start_ns_busy_ns")).sum().cast(pl.Int64),
         )
         .with_columns(
             gbps=pl.when((pl.col("time_ns") > 0) & (pl.col("bytes") > 0)).then(
                 pl.col("bytes") / pl.col("time_ns")
             ),
+            under_kernels_ns=pl.col("_under"),
             copy_kind=pl.col("copy_kind").cast(pl.String),
             src_memory=pl.col("src_memory").cast(pl.String),
             dst_memory=pl.col("dst_memory").cast(pl.String),
@@ -45,26 +57,55 @@ def memcpy_summary(work: pl.LazyFrame, windows: pl.LazyFrame) -> pl.LazyFrame:
             descending=[False, False, True, False, False, False],
             nulls_last=True,
         )
+        .drop("_under")
     )
 
 
-#: Host-to-device bandwidth of pinned copies where the trace has none: a PCIe 4.0 x16 link
-#: in practice (GB/s, 10^9 bytes/s).
+#: Host-device bandwidth of pinned copies where the trace has none, by the GPU's name: the
+#: link its form factor usually has (neither format records the PCIe generation or width),
+#: GB/s (10^9 bytes/s) achieved, not the link's nominal rate. First match wins.
+ASSUMED_LINKS: tuple[tuple[str, float, str], ...] = (
+    ("GH200", 200.0, "NVLink-C2C"),
+    ("GB200", 200.0, "NVLink-C2C"),
+    ("B200", 50.0, "PCIe 5.0 x16"),
+    ("H200", 50.0, "PCIe 5.0 x16"),
+    ("H100", 50.0, "PCIe 5.0 x16"),
+    ("L40", 25.0, "PCIe 4.0 x16"),
+    ("A100", 25.0, "PCIe 4.0 x16"),
+    ("A10", 25.0, "PCIe 4.0 x16"),
+    ("A40", 25.0, "PCIe 4.0 x16"),
+    ("RTX 40", 25.0, "PCIe 4.0 x16"),
+    ("RTX 30", 25.0, "PCIe 4.0 x16"),
+    ("RTX 50", 50.0, "PCIe 5.0 x16"),
+    ("MI300", 50.0, "PCIe 5.0 x16"),
+    ("MI250", 25.0, "PCIe 4.0 x16"),
+    ("V100", 12.0, "PCIe 3.0 x16"),
+    ("T4", 12.0, "PCIe 3.0 x16"),
+    ("RTX 20", 12.0, "PCIe 3.0 x16"),
+    ("GTX", 12.0, "PCIe 3.0 x16"),
+    ("Quadro", 12.0, "PCIe 3.0 x16"),
+)
+#: ... and for a GPU the table does not know.
 PINNED_GBPS = 25.0
 #: Pinned copies must move at least this much for their bandwidth to be the reference.
 MIN_PINNED_BYTES = 1_000_000
+#: The directions whose pageable copies are staged through a pinned buffer by the driver.
+PAGEABLE_DIRECTIONS = ("HtoD", "DtoH")
 
 
 @dataclass(frozen=True, slots=True)
 class PageableImpact:
-    """What pinning one device's pageable host-to-device copies saves (TA009's impact model,
-    `pageable_impact`).
+    """What pinning one device's pageable copies of one direction saves (TA009's impact
+    model, `pageable_impact`).
 
-    - `count`, `bytes`, `time_ns`: the device's host-to-device copies from pageable memory
-      inside its window;
+    - `direction`: `HtoD` or `DtoH`;
+    - `count`, `bytes`, `time_ns`: the device's copies of that direction from (to) pageable
+      memory inside its window; `under_kernels_ns`: the part of their time under kernels;
     - `pinned_gbps`: the bandwidth the same bytes would reach pinned, `pinned_basis` where it
-      comes from (this device's pinned copies, or PINNED_GBPS);
-    - `excess_ns`: `time_ns` less the bytes at `pinned_gbps` (never negative);
+      comes from (this device's pinned copies, measured; else the link assumed for the GPU);
+    - `excess_ns`: `time_ns` less the bytes at `pinned_gbps` (never negative), and no more
+      than the copies' time outside kernels (a copy under a kernel costs a GPU-bound step
+      nothing);
     - `steps`: the steps of the device's window; `impact_ns`: `excess_ns` per step;
       `ceiling_ns`: `time_ns` per step (pinning cannot save more than the copies take);
       None without steps.
@@ -81,60 +122,96 @@ class PageableImpact:
     steps: int
     impact_ns: int | None
     ceiling_ns: int | None
+    direction: str = "HtoD"
+    under_kernels_ns: int = 0
 
 
-def pageable_impact(copies: pl.DataFrame, counts: StepCounts) -> tuple[PageableImpact, ...]:
-    """The PageableImpact of every device with host-to-device copies from pageable memory,
-    by rank and device.
+def pageable_impact(
+    copies: pl.DataFrame, counts: StepCounts, gpu_names: dict[tuple[int, int], str] | None = None
+) -> tuple[PageableImpact, ...]:
+    """The PageableImpact of every device and direction with copies from or to pageable
+    memory, by rank, device and direction (host to device first).
 
     What pinning saves for sure: the copies' time less the time the same bytes take at
-    pinned bandwidth (this device's pinned host-to-device copies where they move at least
-    MIN_PINNED_BYTES, never under a quarter of PINNED_GBPS; else PINNED_GBPS). With
-    `non_blocking=True` the pinned copy can also run beside compute, which may hide the rest;
-    the host's time staging the data is not counted.
+    pinned bandwidth (this device's pinned copies of the same direction where they move at
+    least MIN_PINNED_BYTES, else of the other direction, never under a quarter of the
+    assumed link; else the link assumed for the GPU, ASSUMED_LINKS), no more than their time
+    outside kernels. With `non_blocking=True` the pinned copy can also run beside compute,
+    which may hide the rest; the host's time staging the data is not counted.
 
-    `copies`: Metrics.copies.summary; `counts`: the steps each device's window holds."""
-    htod = copies.filter(pl.col("copy_kind") == "HtoD")
+    `copies`: Metrics.copies.summary; `counts`: the steps each device's window holds;
+    `gpu_names`: (rank, device) -> GPU name, for the assumed link."""
+    names = gpu_names or {}
 
-    def by_device(memory: str) -> pl.DataFrame:
+    def by_device(direction: str, memory: str) -> pl.DataFrame:
+        side = "src_memory" if direction == "HtoD" else "dst_memory"
         return (
-            htod.filter(pl.col("src_memory") == memory)
+            copies.filter((pl.col("copy_kind") == direction) & (pl.col(side) == memory))
             .group_by(DEVICE_KEY)
-            .agg(pl.col("count").sum(), pl.col("bytes").sum(), pl.col("time_ns").sum())
+            .agg(
+                pl.col("count").sum(),
+                pl.col("bytes").sum(),
+                pl.col("time_ns").sum(),
+                pl.col("under_kernels_ns").sum(),
+            )
             .sort(DEVICE_KEY)
         )
 
-    pinned = {(r, d): (b, t) for r, d, _n, b, t in by_device("pinned").iter_rows()}
+    pinned = {
+        d: {(r, dev): (b, t) for r, dev, _n, b, t, _u in by_device(d, "pinned").iter_rows()}
+        for d in PAGEABLE_DIRECTIONS
+    }
     out = []
-    for rank, device, count, size, time in by_device("pageable").iter_rows():
-        size, time = size or 0, time or 0
-        gbps, basis = _pinned_gbps(*pinned.get((rank, device), (0, 0)))
-        excess = max(0, round(time - size / gbps)) if time else 0
-        out.append(
-            PageableImpact(
-                rank=rank,
-                device=device,
-                count=count,
-                bytes=size,
-                time_ns=time,
-                pinned_gbps=gbps,
-                pinned_basis=basis,
-                excess_ns=excess,
-                steps=counts.on(rank, device),
-                impact_ns=counts.per_step(excess, rank, device),
-                ceiling_ns=counts.per_step(time, rank, device),
+    for direction in PAGEABLE_DIRECTIONS:
+        other = "DtoH" if direction == "HtoD" else "HtoD"
+        for rank, device, count, size, time, under in by_device(direction, "pageable").iter_rows():
+            size, time, under = size or 0, time or 0, under or 0
+            link = assumed_link(names.get((rank, device)))
+            own = pinned[direction].get((rank, device), (0, 0))
+            if (own[0] or 0) < MIN_PINNED_BYTES:
+                own = pinned[other].get((rank, device), own)
+            gbps, basis = _pinned_gbps(*own, link)
+            excess = max(0, round(time - size / gbps)) if time else 0
+            excess = min(excess, max(0, time - under))
+            out.append(
+                PageableImpact(
+                    rank=rank,
+                    device=device,
+                    count=count,
+                    bytes=size,
+                    time_ns=time,
+                    pinned_gbps=gbps,
+                    pinned_basis=basis,
+                    excess_ns=excess,
+                    steps=counts.on(rank, device),
+                    impact_ns=counts.per_step(excess, rank, device),
+                    ceiling_ns=counts.per_step(time, rank, device),
+                    direction=direction,
+                    under_kernels_ns=under,
+                )
             )
-        )
     return tuple(out)
 
 
-def _pinned_gbps(size: int | None, time: int | None) -> tuple[float, str]:
-    """The bandwidth the same bytes would reach pinned, from a device's pinned host-to-device
-    copies (`size` bytes in `time` ns), else PINNED_GBPS; and where it comes from."""
+def assumed_link(gpu: str | None) -> tuple[float, str]:
+    """The pinned bandwidth assumed for a GPU by its name (ASSUMED_LINKS), and the link's
+    name; PINNED_GBPS for a GPU the table does not know."""
+    for pattern, gbps, link in ASSUMED_LINKS:
+        if gpu and pattern.lower() in gpu.lower():
+            return gbps, link
+    return PINNED_GBPS, "PCIe 4.0 x16"
+
+
+def _pinned_gbps(
+    size: int | None, time: int | None, link: tuple[float, str] = (PINNED_GBPS, "PCIe 4.0 x16")
+) -> tuple[float, str]:
+    """The bandwidth the same bytes would reach pinned, from a device's pinned copies (`size`
+    bytes in `time` ns, measured), else the link assumed; and where it comes from."""
     size, time = int(size or 0), int(time or 0)
+    gbps, name = link
     if size >= MIN_PINNED_BYTES and time:
-        return max(size / time, PINNED_GBPS / 4), "this trace's pinned copies"
-    return PINNED_GBPS, "PCIe 4.0 x16 (no pinned copies in the trace)"
+        return max(size / time, gbps / 4), "measured: this trace's pinned copies"
+    return gbps, f"assumed: {name} for this GPU (no pinned copies in the trace)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,8 +219,8 @@ class Copies:
     """The memory copies in the windows (Metrics.copies).
 
     - `summary`: rank, device, copy_kind, src_memory, dst_memory, count, bytes, time_ns,
-      gbps: per device and kind of copy, their count, bytes, time and achieved bandwidth
-      (`memcpy_summary`).
+      gbps, under_kernels_ns: per device and kind of copy, their count, bytes, time, achieved
+      bandwidth and the part of their time under kernels (`memcpy_summary`).
 
     Its frame is checked against `SCHEMAS` when it is built.
     """
@@ -159,6 +236,7 @@ class Copies:
             "bytes": pl.Int64,
             "time_ns": pl.Int64,
             "gbps": pl.Float64,
+            "under_kernels_ns": pl.Int64,
         }
     }
 

@@ -1,0 +1,57 @@
+"""Prices against what the fix saved, timed without the profiler on the same H200 in the same
+run (tests/data/gpu/facts_launch_shapes.json, facts_copies_cold.json): a finding's impact per
+step within 30 % of the measured saving."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from traceanalyzer import api
+
+GPU = Path(__file__).parent.parent / "data" / "gpu"
+#: A price is right within this share of the measured saving (the profiler slows the host).
+WITHIN_SHARE = 0.30
+
+
+@cache
+def _savings() -> dict[str, list[float]]:
+    """scenario -> the savings (ms per step) its facts record, in recording order."""
+    out: dict[str, list[float]] = {}
+    for name in ("facts_launch_shapes.json", "facts_copies_cold.json"):
+        doc = json.loads((GPU / name).read_text())
+        for scenario, body in doc["scenarios"].items():
+            for fact in body["facts"]:
+                if "saving_ms" in fact:
+                    out.setdefault(scenario, []).append(fact["saving_ms"])
+    return out
+
+
+def _finding(trace: str, rule: str) -> dict[str, Any]:
+    doc = api.report(GPU / trace).to_json_dict()
+    found = [f for f in doc["diagnoses"] if f["rule"] == rule]
+    assert found, f"{rule} does not fire on {trace}"
+    return max(found, key=lambda f: f["impact_ns"] or 0)
+
+
+@pytest.mark.parametrize(
+    ("trace", "rule", "scenario", "which"),
+    [
+        # a Triton kernel launched with grid (1,): grid = cdiv(n, 1024) saved 14.61 ms of 14.68
+        ("launch_one_block.json.gz", "TA025", "launch_one_block", 0),
+        # .cpu() of 256 MiB into pageable memory each step: a pinned buffer filled
+        # non_blocking on a side stream saved 196.7 ms of 206.9
+        ("copy_pageable_dtoh.json.gz", "TA009", "copy_pageable_dtoh", 0),
+    ],
+)
+def test_price_matches_the_measured_saving(
+    trace: str, rule: str, scenario: str, which: int
+) -> None:
+    saved_ns = _savings()[scenario][which] * 1e6
+    f = _finding(trace, rule)
+    assert f["impact_ns"] == pytest.approx(saved_ns, rel=WITHIN_SHARE), (f["impact_ns"], saved_ns)
+    assert f["impact_ns"] <= f["evidence"]["impact_ceiling_ns"]

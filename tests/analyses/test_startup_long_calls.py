@@ -88,3 +88,29 @@ def test_long_calls_against_a_loop(
         assert got_rows == _loop(rows, kinds, min_ns)
         found += got.height
     assert found > 0
+
+
+def test_a_single_cold_call_is_start_up(tmp_path: Path) -> None:
+    """One pass of a program (one step): a convolution whose first call holds the host 30 ms
+    with the GPU idle and no launch is cuDNN's set-up, done once; the same in two steps, each
+    a first call of a new shape, is the loop's (TA022's), not start-up."""
+    from tests.builders import cpu_op, kernel, launch, step
+    from traceanalyzer import api
+    from traceanalyzer.rules.examples import write_example
+
+    def one_step(n: int, t0: float) -> list[dict]:
+        return [
+            step(n, t0, 31_000),
+            cpu_op(t0 + 10, 30_500, "aten::cudnn_convolution"),
+            launch(t0 + 30_400, 5, n),
+            kernel(t0 + 30_410, 200, "sm90_xmma_fprop_implicit_gemm", corr=n),
+        ]
+
+    cold = api.analyze_path(write_example(one_step(1, 100), tmp_path, "cold"))
+    calls = cold.metrics.startup.calls
+    assert "aten::cudnn_convolution" in calls["name"].to_list()
+    assert not [f for f in cold.report.findings if f.rule == "TA022"]
+    twice = api.analyze_path(
+        write_example([*one_step(1, 100), *one_step(2, 40_000)], tmp_path, "twice")
+    )
+    assert "aten::cudnn_convolution" not in twice.metrics.startup.calls["name"].to_list()

@@ -575,11 +575,13 @@ CASES: dict[str, Truth] = {
         never=("TA004", "TA005", "TA006", "TA011"),
     ),
     # a small CNN's first call in a fresh process: cuDNN / cuBLAS set-up in the first conv
-    # (106 ms) and linear (78 ms) of a 276 ms single step; 21 kernels, GPU idle > 99 %
+    # (106 ms) and linear (78 ms) of a 276 ms single step; 21 kernels, GPU idle > 99 %: the
+    # trace shows start-up (TA012), not a per-step cuDNN set-up (TA022) or host overhead
     "cold_first_call.json.gz": Truth(
-        top="TA022",
-        must={"TA022": "warning"},
-        never=("TA004", "TA005", "TA009", "TA011"),
+        top=None,
+        must={"TA012": "warning"},
+        never=("TA004", "TA005", "TA009", "TA011", "TA022"),
+        at_most="info",
     ),
     # the same CNN warm (0.33-0.54 ms a call unprofiled): host/launch-bound, no set-up finding
     "warm_call.json.gz": Truth(

@@ -30,7 +30,8 @@ class LibrarySetup(Rule):
     """cuDNN sets itself up for a new input shape inside every step.
 
     ## What it detects
-    cuDNN (or MIOpen) operators inside at least `min_steps_share` of the steady steps that
+    cuDNN (or MIOpen) operators inside at least `min_steps_share` of the steady steps, and
+    at least two of them (set-up seen in one step is a first call's, done once), that
     either synchronise the device inside them, a convolution timing its candidate
     algorithms (`torch.backends.cudnn.benchmark = True` meeting a shape it has not seen),
     or hold the host for a millisecond or more, cuDNN choosing and building its kernels
@@ -87,7 +88,9 @@ class LibrarySetup(Rule):
 
     def check(self, ctx: Context, t: Thresholds) -> Iterable[Finding]:
         for rank, m in models(ctx, "library_setup").items():
-            if m.every_step_share < t.min_steps_share:
+            if m.every_step_share < t.min_steps_share or m.steps_with < 2:
+                # set-up in one step is a first call's, done once (start-up: TA012 names
+                # it): "every step" takes two steps to see
                 continue
             steps = m.steps or 1
             names = ctx.metrics.causes.names_of(rank, "library_setup", 20)

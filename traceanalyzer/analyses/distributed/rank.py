@@ -373,7 +373,9 @@ def _reduce(
         )
 
     def one_time() -> tuple[pl.DataFrame, pl.DataFrame]:
-        calls = startup.one_time_calls(timeline, w.wins, w.gaps)
+        # one pass of the program (one step, or no markers): every call is a first call
+        passes = w.markers.select(pl.len()).collect().item()
+        calls = startup.one_time_calls(timeline, w.wins, w.gaps, single_pass=passes <= 1)
         return calls, startup.idle_per_device(calls, w.gaps)
 
     comm = in_windows.filter(pl.col("is_comm"))

@@ -18,7 +18,15 @@ step is the loop's), and it is one of:
 - a host range of compilation or autotuning (torch.compile's, Inductor's);
 - a runtime call or an operator's call `FACTOR` times the median call of its name (called
   twice or more): a first launch among thousands of µs launches, cudnn.benchmark's first
-  convolution (390 ms against 50 µs later).
+  convolution (390 ms against 50 µs later);
+- the only call in the trace of an operator that sets a library up when first called
+  (`LIBRARY_FIRST_CALLS`: cuDNN's convolutions and batch norm, cuBLAS's matrix products,
+  attention, the first collective's NCCL communicator), or any of its calls where the
+  window holds one pass of the program (one step, or no step markers: each call is then the
+  first with its shapes): a trace of one cold call (a CNN's first inference in a fresh
+  process) has no later call to compare it with, and the GPU idling inside it, with no
+  launch, is the library's set-up (cuDNN's plans, cuBLAS's handle), done once. Where the
+  shapes change every step, several steps show it as the loop's (TA022).
 
 One found by its length, and `cudaFree`, counts only where the GPU idles at least half of
 it: a long call with the GPU busy is a sync, not start-up. The GPU idle they cover
@@ -47,6 +55,14 @@ FACTOR = 50
 LONG_ONCE = (
     r"^(?:cudaFree|cuMemFree\w*|hipFree|cudaFreeHost|cuInit|cudaSetDevice|cudaGetDeviceCount)"
     r"(?:_v\d+)?$"
+)
+
+#: Operators that set up a library the first time they run (cuDNN handles, plans and
+#: autotuning; cuBLAS handles and workspaces; attention backends; the NCCL communicator).
+LIBRARY_FIRST_CALLS = (
+    r"^aten::(?:conv\w*|_convolution|cudnn_\w+|miopen_\w+|convolution\w*|batch_norm|"
+    r"_batch_norm_impl_index|native_batch_norm|linear|addmm|mm|bmm|baddbmm|matmul|"
+    r"_scaled_\w*attention\w*|scaled_dot_product_attention)$|^c10d::|^nccl:"
 )
 
 SCHEMA: dict[str, pl.DataType] = {
@@ -89,7 +105,9 @@ def long_calls(events: pl.LazyFrame, kinds: list[str]) -> pl.LazyFrame:
     )
 
 
-def one_time_calls(timeline: Timeline, windows: pl.DataFrame, gaps: pl.DataFrame) -> pl.DataFrame:
+def one_time_calls(
+    timeline: Timeline, windows: pl.DataFrame, gaps: pl.DataFrame, single_pass: bool = False
+) -> pl.DataFrame:
     """rank, device, name, op_name, start_ns, end_ns (clipped to the window), dur_ns (the
     whole call), idle_ns: each one-time host call
     inside a device's window (one row per call and device of its rank), with the operator
@@ -97,7 +115,8 @@ def one_time_calls(timeline: Timeline, windows: pl.DataFrame, gaps: pl.DataFrame
     the device's idle time while it ran. Longest first.
 
     `windows`: rank, device, start_ns, end_ns; `gaps`: the idle gaps (rank, device,
-    start_ns, end_ns)."""
+    start_ns, end_ns); `single_pass`: the window holds one step or none (a single call of a
+    model: every operator's call is its first with its shapes, see the module docstring)."""
     events = timeline.events.lazy()
     dur = pl.col("end_ns") - pl.col("start_ns")
     by = ["rank", "name"]
@@ -124,9 +143,11 @@ def one_time_calls(timeline: Timeline, windows: pl.DataFrame, gaps: pl.DataFrame
     )
     # operators whose call takes FACTOR times their usual one while the GPU idles: a first
     # call that initialises a library or autotunes (cudnn.benchmark's first convolution)
+    library = pl.col("name").str.contains(LIBRARY_FIRST_CALLS)
+    once = library & ((pl.col("n") == 1) | pl.lit(single_pass))
     first = (
         long_calls(events, [Kind.CPU_OP.value])
-        .filter(early(long) & ~named)
+        .filter((early(long) | once) & ~named)
         .with_columns(first_call=pl.lit(True))
     )
     cols = ["rank", "pid", "tid", "start_ns", "end_ns", "name", "first_call"]

@@ -125,6 +125,15 @@ def test_errors_are_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     assert "details page" in _error(trace, "--ncu", str(details))
 
 
+def test_an_export_given_as_the_trace(tmp_path: Path) -> None:
+    csv_copy = tmp_path / "k.csv"
+    csv_copy.write_bytes(__import__("gzip").decompress(SAMPLE.read_bytes()))
+    line = _error(str(csv_copy))
+    assert "an Nsight Compute export, not a trace" in line and "--ncu k.csv" in line
+    rep = fake_report(tmp_path / "k.ncu-rep", [[]])
+    assert "--ncu k.ncu-rep" in _error(str(rep))
+
+
 def test_a_folder_of_ranks_is_refused(tmp_path: Path) -> None:
     folder = tmp_path / "job"
     folder.mkdir()

@@ -204,6 +204,16 @@ def test_missing_counters_and_bad_values_are_said_once(tmp_path: Path) -> None:
     assert "no DRAM bytes" in notes
 
 
+def test_a_file_cut_off(tmp_path: Path) -> None:
+    rows = [kernel_row(n, **{"gpu__time_duration.sum": "1,000"}) for n in ("a", "b")]
+    path = ncu_csv(tmp_path / "k.csv", rows)
+    text = path.read_text()
+    path.write_text(text[: text.rindex('"host"')])  # the last row ends mid-way
+    export = read_ncu(path)
+    assert export.kernels["name"].to_list() == ["a"]
+    assert any("1 row(s) with fewer than the header's" in n for n in export.notes)
+
+
 def test_a_unit_not_understood_leaves_the_counter_out(tmp_path: Path) -> None:
     units = dict(UNITS) | {"gpu__time_duration.sum": "cycle"}
     row = kernel_row("a", **{"gpu__time_duration.sum": "1,000"})

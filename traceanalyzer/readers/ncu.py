@@ -144,11 +144,12 @@ def read_ncu(path: str | Path, ncu_path: str | Path | None = None) -> NcuExport:
         )
     with p.open("rb") as fh:
         head = fh.read(4)
+    notes: list[str] = []
     if p.suffix.lower() == ".ncu-rep" or (head[:4] == b"NVRP"):
         raw, units = _rep_raw(p, ncu_path)
     else:
-        raw, units = _csv_raw(p, gzip=head[:2] == GZIP_MAGIC)
-    return _export(str(path), raw, units)
+        raw, units = _csv_raw(p, notes, gzip=head[:2] == GZIP_MAGIC)
+    return _export(str(path), raw, units, notes)
 
 
 # --- the CSV form
@@ -159,9 +160,10 @@ def _csv_text(path: Path, *, gzip_: bool) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-def _csv_raw(path: Path, *, gzip: bool) -> tuple[pl.DataFrame, dict[str, str]]:
+def _csv_raw(path: Path, notes: list[str], *, gzip: bool) -> tuple[pl.DataFrame, dict[str, str]]:
     """The CSV's identity columns and every counter of `COUNTERS` as text, and the units
-    row by column."""
+    row by column; rows cut short (a file cut off, lines printed among the rows) are left
+    out, with a note."""
     try:
         text = _csv_text(path, gzip_=gzip)
     except (OSError, EOFError) as exc:
@@ -199,7 +201,13 @@ def _csv_raw(path: Path, *, gzip: bool) -> tuple[pl.DataFrame, dict[str, str]]:
     width = len(header)
     columns = {h: i for i, h in enumerate(header)}
     wanted = [h for h in _wanted_metrics() if h in columns]
-    rows = [r for r in rows if len(r) >= width]
+    whole = [r for r in rows if len(r) >= width]
+    if len(whole) < len(rows):
+        notes.append(
+            f"{len(rows) - len(whole)} row(s) with fewer than the header's {width} columns "
+            "(a file cut off, or lines printed among the rows) left out"
+        )
+    rows = whole
     raw = pl.DataFrame(
         {
             **{
@@ -372,9 +380,11 @@ def _dims_text(column: str) -> pl.Expr:
     return pl.when(found.list.len() == 3).then(found.list.join(","))
 
 
-def _export(path: str, raw: pl.DataFrame, units: Mapping[str, str]) -> NcuExport:
+def _export(
+    path: str, raw: pl.DataFrame, units: Mapping[str, str], read_notes: list[str]
+) -> NcuExport:
     """The NcuExport of a raw frame (identity and counters as text) and its units."""
-    notes: list[str] = []
+    notes = list(read_notes)
     present: list[str] = []
     missing: list[str] = []
     scaled: dict[str, pl.Expr] = {}

@@ -370,6 +370,7 @@ def _ncu(metrics: Metrics) -> NcuDict | None:
             "rank": f["rank"],
             "device": f["device"],
             "alignment": f["alignment"],
+            "launch_thread": f["launch_thread"],
             "ncu_kernels": f["ncu_kernels"],
             "matched_ncu_kernels": f["matched_ncu_kernels"],
             "unmatched_ncu_kernels": f["ncu_kernels"] - f["matched_ncu_kernels"],

@@ -367,3 +367,108 @@ def test_two_exports_of_one_device(tmp_path: Path) -> None:
     assert done.metrics.ncu.files["path"].to_list() == [str(first), str(second)]
     k = {r["name"]: r["dram_bytes"] for r in done.metrics.ncu.kernels.iter_rows(named=True)}
     assert k == {MUL: 3 * 1, ADD: 3 * 3}
+
+
+def test_the_thread_an_nvtx_range_selects(tmp_path: Path) -> None:
+    """Each step: the main thread's GEMM and add, the backward thread's add (40 µs), the
+    main thread's optimizer add (24 µs). ncu's push/pop range saw the main thread's three;
+    its second add is the optimizer's, not the backward's."""
+    events: list[dict[str, Any]] = []
+    corr = 1
+    grid, block = ELEMENTWISE
+    for s in range(3):
+        t0 = 100 + 400 * s
+        events.append(step(s + 1, t0, 390))
+        for ts, name, dur, tid in [
+            (t0 + 5, GEMM, 100, 100),
+            (t0 + 120, ADD, 16, 100),
+            (t0 + 150, ADD, 40, 200),
+            (t0 + 250, ADD, 24, 100),
+        ]:
+            events.append(launch(ts, 2, corr=corr, tid=tid))
+            g, b = ([2, 66, 1], [384, 1, 1]) if name == GEMM else (grid, block)
+            events.append(kernel(ts + 10, dur, name, corr=corr, grid=g, block=b))
+            corr += 1
+    path = write_trace(tmp_path / "threads.json", events, header=H200)
+    export = ncu_csv(
+        tmp_path / "main.csv",
+        [
+            kernel_row(GEMM, grid="(2, 66, 1)", block="(384, 1, 1)", **_counted(1)),
+            kernel_row(ADD, **_counted(2)),
+            kernel_row(ADD, **_counted(3)),
+        ],
+    )
+    done = api.analyze_path(path, ncu=[export])
+    (f,) = done.metrics.ncu.files.iter_rows(named=True)
+    assert f["launch_thread"] == 100 and f["matched_trace_kernels"] == 9
+    add = done.metrics.ncu.kernels.filter(pl.col("name") == ADD).row(0, named=True)
+    assert add["kernel_ns"] == 3 * (16 + 24) * 1000 and add["dram_bytes"] == 3 * (2 + 3)
+
+
+# --- the real capture: a small GPT's step_1 under ncu, and a Kineto trace of the same loop
+
+COUNTERS = Path(__file__).resolve().parent.parent / "data" / "counters"
+KINETO = COUNTERS / "ncu_train_step_kineto.json.gz"
+
+
+def _csv_rows(path: Path) -> tuple[list[dict[str, str]], dict[str, str]]:
+    """The kernels of an ncu raw CSV and its units row, read with the csv module."""
+    text = gzip.decompress(path.read_bytes()).decode()
+    rows = list(csv.DictReader(io.StringIO(text[text.index('"ID"') :])))
+    return rows[1:], rows[0]
+
+
+def _loop_dram_bytes(path: Path) -> int:
+    """The DRAM bytes of every kernel of the export, read + write, by a plain loop over its
+    rows (Mbyte is 10^6 bytes; the units row says which)."""
+    rows, units = _csv_rows(path)
+    scale = {"byte": 1, "Kbyte": 10**3, "Mbyte": 10**6, "Gbyte": 10**9}
+    total = 0
+    for r in rows:
+        moved = 0.0
+        for m in ("dram__bytes_read.sum", "dram__bytes_write.sum"):
+            moved += float(r[m].replace(",", "")) * scale[units[m]]
+        total += round(moved)
+    return total
+
+
+def test_the_whole_step_capture() -> None:
+    """`ncu_train_step_full.csv.gz`: step_1 of the GPT loop, all 142 kernels (a start/end
+    NVTX range); the Kineto twin has ProfilerStep#1..#3 of 142 kernels each."""
+    export = COUNTERS / "ncu_train_step_full.csv.gz"
+    rows, _ = _csv_rows(export)
+    assert len(rows) == 142
+    done = api.analyze_path(KINETO, ncu=[export])
+    (f,) = done.metrics.ncu.files.iter_rows(named=True)
+    assert (f["ncu_kernels"], f["matched_ncu_kernels"]) == (142, 142)
+    assert (f["trace_kernels"], f["matched_trace_kernels"]) == (426, 426)
+    assert f["alignment"] == "steps" and f["launch_thread"] is None
+    assert f["covered_ns"] == f["kernel_ns"] == 2_027_441 and f["covered_share"] == 1.0
+    assert f["dram_source"] == "counters" and f["missing"] == []
+    measured = done.metrics.ncu.kernels["dram_bytes"].sum()
+    assert measured == 3 * _loop_dram_bytes(export)  # each of the 3 steps' kernels
+    bw = done.metrics.bandwidth.operators
+    assert set(bw["source"]) == {"ncu"}  # every memory-bound operator measured
+    adamw = bw.filter(pl.col("op_name") == "aten::_fused_adamw_").row(0, named=True)
+    assert adamw["estimated_bytes"] is None  # a foreach operator: no shape estimate
+    assert adamw["bytes"] == 412_703_232 and adamw["ops"] == 3
+    assert set(done.metrics.flops.roofline["source"]) == {"ncu"}
+
+
+def test_the_main_thread_capture() -> None:
+    """`ncu_train_step.csv.gz`: the NVTX push/pop range `step_1/` is the main thread's, so
+    ncu profiled its 54 kernels and none of the 88 the backward thread launched; the join
+    takes the main thread's launches as the candidates and leaves the backward's
+    estimated (not profiled), rather than pairing ncu's optimizer kernels with backward
+    kernels of the same name."""
+    export = COUNTERS / "ncu_train_step.csv.gz"
+    done = api.analyze_path(KINETO, ncu=[export])
+    (f,) = done.metrics.ncu.files.iter_rows(named=True)
+    assert (f["ncu_kernels"], f["matched_ncu_kernels"], f["matched_trace_kernels"]) == (54, 54, 162)
+    steps = done.timeline.events.filter(pl.col("name").cast(pl.String) == "ProfilerStep#1")
+    assert f["launch_thread"] in steps["tid"].to_list()  # the thread that marks the steps
+    assert f["covered_ns"] == 845_241 and f["covered_share"] == pytest.approx(0.4169, abs=1e-4)
+    assert done.metrics.ncu.kernels["dram_bytes"].sum() == 3 * _loop_dram_bytes(export)
+    bw = {r["op_name"]: r["source"] for r in done.metrics.bandwidth.operators.iter_rows(named=True)}
+    assert bw["aten::_fused_adamw_"] == "ncu"  # the optimizer: the main thread's
+    assert bw["aten::gelu_backward"] == "shapes"  # the backward thread's: not profiled

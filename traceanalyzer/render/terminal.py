@@ -468,7 +468,9 @@ def _ncu_lines(r: Report) -> list[str]:
     for f in n["files"]:
         lines.append(
             f"  {printable(f['path'], 60)} -> rank {f['rank']} device {f['device']}:"
-            f" {f['matched_ncu_kernels']} of {f['ncu_kernels']} matched ({f['alignment']}),"
+            f" {f['matched_ncu_kernels']} of {f['ncu_kernels']} matched ({f['alignment']}"
+            + ("" if f.get("launch_thread") is None else f", thread {f['launch_thread']}")
+            + "),"
             f" {percent(f['covered_share'])} of kernel time; DRAM bytes:"
             f" {f['dram_source'] or 'none'}"
         )

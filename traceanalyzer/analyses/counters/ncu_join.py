@@ -20,7 +20,10 @@ k-th launch of a key in ncu is the k-th launch of that key in each step of the t
 profiled one step, `--nvtx-include step_1/`: its sequence is compared with every steady
 step), or, in a trace without steps, in the trace's sequence from the anchor (a launch of
 ncu's first kernel) that pairs most kernels in order (`-c N` profiles the first N kernels of
-the process; the trace may start later). Pairs out of launch order are dropped.
+the process; the trace may start later). Pairs out of launch order are dropped. In steps, the
+candidates are the steps' kernels, or those one host thread launched where ncu's kernels
+pair better with them (an NVTX push/pop range selects one thread's launches: autograd's
+backward thread is left out of `--nvtx-include step_1/`).
 
 **What it gives** (`NcuJoin`): per ncu file and the device it matched, the counts matched
 and the share of the device's kernel time they cover (`files`); per kernel name and launch
@@ -296,11 +299,16 @@ class Matched:
 
 
 def match(
-    kernels: pl.DataFrame, assigned: Sequence[Assigned], devices: Sequence[DeviceInfo]
+    kernels: pl.DataFrame,
+    assigned: Sequence[Assigned],
+    devices: Sequence[DeviceInfo],
+    threads: pl.DataFrame | None = None,
 ) -> Matched:
     """Pair the kernels inside the windows (rank, device, correlation, name, grid, block,
     step, kernel_class, clipped_ns, start_ns) with the ncu kernels assigned to their devices
-    (see the module docstring); a trace kernel two exports both measure keeps the first's."""
+    (see the module docstring); a trace kernel two exports both measure keeps the first's.
+    `threads`: rank, device, correlation, launch_tid (the host thread that launched each
+    kernel: `windows.linked_work`), for the steps' candidates of one thread."""
     pairs: list[pl.DataFrame] = []
     rows: list[dict[str, object]] = []
     for a in assigned:
@@ -316,8 +324,13 @@ def match(
             .sort("correlation", "start_ns", nulls_last=True)
             .with_row_index("_pos")
         )
+        trace = _with_threads(trace, threads)
         by_steps = trace["step"].null_count() < trace.height
-        found = _by_steps(trace, a.kernels) if by_steps else _by_anchor(trace, a.kernels)
+        thread = None
+        if by_steps:
+            thread, found = _by_steps_best(trace, a.kernels)
+        else:
+            found = _by_anchor(trace, a.kernels)
         found = _with_peak_bytes(found.with_columns(file=pl.lit(a.file, pl.Int64)), devices, a)
         pairs.append(found)
         kernel_ns = int(trace["clipped_ns"].sum() or 0)
@@ -331,6 +344,7 @@ def match(
                 "rank": a.rank,
                 "device": a.device,
                 "alignment": "steps" if by_steps else "launch order",
+                "launch_thread": thread,
                 "ncu_kernels": a.kernels.height,
                 "matched_ncu_kernels": found["ncu_launch"].n_unique(),
                 "name_overlap_share": a.overlap_share,
@@ -371,6 +385,40 @@ _NCU_MEASURES = [
     "shared_mem_bytes",
 ]
 _TRACE_COLUMNS = [*DEVICE_KEY, "correlation", "name", "grid", "block", "kernel_class", "clipped_ns"]
+
+
+def _with_threads(trace: pl.DataFrame, threads: pl.DataFrame | None) -> pl.DataFrame:
+    """The trace kernels with `launch_tid` (null where unknown)."""
+    if threads is None:
+        return trace.with_columns(launch_tid=pl.lit(None, pl.Int64))
+    tids = threads.select(*DEVICE_KEY, "correlation", pl.col("launch_tid").cast(pl.Int64))
+    return trace.join(
+        tids.unique([*DEVICE_KEY, "correlation"], keep="first"),
+        on=[*DEVICE_KEY, "correlation"],
+        how="left",
+        maintain_order="left",
+    )
+
+
+def _by_steps_best(trace: pl.DataFrame, ncu: pl.DataFrame) -> tuple[int | None, pl.DataFrame]:
+    """`_by_steps` over the steps' kernels, or over those one host thread launched, whichever
+    ncu's kernels pair best with: the most pairs over the union of both sides (each step
+    against ncu's sequence). An NVTX push/pop range is the pushing thread's: `--nvtx-include
+    step_1/` profiles what the main thread launched, and the backward kernels autograd's
+    thread launches in between are not profiled (a key they share would shift the pairs).
+    Returns the thread (None: all) and its pairs."""
+    stepped = trace.filter(pl.col("step").is_not_null())
+    tids = stepped["launch_tid"].drop_nulls().unique().sort().to_list()
+    best: tuple[float, int | None, pl.DataFrame] | None = None
+    for tid in [None, *tids]:
+        mine = stepped if tid is None else stepped.filter(pl.col("launch_tid") == tid)
+        found = _by_steps(mine, ncu)
+        union = mine["step"].n_unique() * ncu.height + mine.height - found.height
+        score = found.height / union if union else 0.0
+        if best is None or score > best[0]:
+            best = (score, tid, found)
+    assert best is not None
+    return best[1], best[2]
 
 
 def _by_steps(trace: pl.DataFrame, ncu: pl.DataFrame) -> pl.DataFrame:

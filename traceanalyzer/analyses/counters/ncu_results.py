@@ -99,7 +99,9 @@ class NcuJoin:
     - `files`: one row per ncu export, process and device: file (its place among the
       exports given), path, process, ncu_device, the trace's rank and device it was paired
       with, alignment ("steps": each steady step against ncu's sequence; "launch order":
-      from the best anchor), ncu_kernels, matched_ncu_kernels (those paired with at least
+      from the best anchor), launch_thread (in steps, the host thread whose launches were
+      the candidates, where one thread's pair better than all: an NVTX push/pop range is
+      per thread; null: all threads), ncu_kernels, matched_ncu_kernels (those paired with at least
       one trace kernel), name_overlap_share (its kernels sharing a match key with the
       device's: the refusal test), trace_kernels (the device's in the windows),
       matched_trace_kernels, kernel_ns (the device's kernel time in the windows), covered_ns
@@ -127,6 +129,7 @@ class NcuJoin:
             "rank": pl.Int32,
             "device": pl.Int32,
             "alignment": pl.String,
+            "launch_thread": pl.Int64,
             "ncu_kernels": pl.Int64,
             "matched_ncu_kernels": pl.Int64,
             "name_overlap_share": pl.Float64,

@@ -381,7 +381,7 @@ def _reduce(
         return calls, startup.idle_per_device(calls, w.gaps)
 
     comm = in_windows.filter(pl.col("is_comm"))
-    ncu = _ncu(in_windows, opts.ncu, gpus)
+    ncu = _ncu(in_windows, opts.ncu, gpus, w.linked)
     measured = ncu.measured_bytes() if opts.ncu else None
     all_gaps = opts.all_gaps
     done = concurrently(
@@ -590,12 +590,19 @@ def _recompute(
 
 
 def _ncu(
-    kernels: pl.DataFrame, assigned: tuple[ncu_join.Assigned, ...], gpus: tuple[DeviceInfo, ...]
+    kernels: pl.DataFrame,
+    assigned: tuple[ncu_join.Assigned, ...],
+    gpus: tuple[DeviceInfo, ...],
+    linked: pl.DataFrame,
 ) -> ncu_join.Matched:
     """The kernels inside the windows matched with the ncu kernels paired with this rank's
-    devices (none without `--ncu`)."""
+    devices (none without `--ncu`); `linked` gives each kernel's launching thread."""
     ranks = set(kernels["rank"].unique().to_list())
-    return ncu_join.match(kernels, [a for a in assigned if a.rank in ranks], gpus)
+    mine = [a for a in assigned if a.rank in ranks]
+    if not mine:
+        return ncu_join.match(kernels.clear(), [], gpus)
+    threads = linked.select("rank", "device", "correlation", "launch_tid")
+    return ncu_join.match(kernels, mine, gpus, threads)
 
 
 def _casts(timeline: Timeline, in_windows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:

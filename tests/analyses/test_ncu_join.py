@@ -304,6 +304,29 @@ def test_an_export_of_another_program_is_refused(tmp_path: Path) -> None:
     assert "at least 50%" in e.value.problem and "ampere_sgemm_128x64_nn" in e.value.problem
 
 
+def test_a_process_of_another_program_is_left_out(tmp_path: Path) -> None:
+    """`--target-processes all` profiled a helper process too: the export's kernels match
+    (3 of 4), the helper's one kernel does not; it is left out, with a note. Were the helper
+    most of the export, the export would be refused."""
+    gemm = kernel_row(GEMM, grid="(2, 66, 1)", block="(384, 1, 1)", **_counted(1))
+    rows = [gemm, kernel_row(MUL, **_counted(2)), kernel_row(ADD, **_counted(3))]
+    helper = kernel_row("ampere_sgemm_128x64_nn", process=77, **_counted(9))
+    done = api.analyze_path(
+        matmul_trace(tmp_path / "t.json"), ncu=[ncu_csv(tmp_path / "k.csv", [*rows, helper])]
+    )
+    (f,) = done.metrics.ncu.files.iter_rows(named=True)
+    assert (f["process"], f["ncu_kernels"], f["matched_ncu_kernels"]) == (4242, 3, 3)
+    assert (
+        "process 77 device 0: only 0% of its 1 kernels match the trace's; left out" in (f["notes"])
+    )
+    helpers = [helper] * 4
+    with pytest.raises(MismatchedExportError, match=r"only 3 of the 7 kernels.*ampere_sgemm"):
+        api.analyze_path(
+            matmul_trace(tmp_path / "t.json"),
+            ncu=[ncu_csv(tmp_path / "h.csv", [*rows, *helpers])],
+        )
+
+
 def test_missing_counters_keep_the_estimates(tmp_path: Path) -> None:
     """An export of durations only: matched, said, and no figure from it; one with the
     throughput share but no memory clock gets its bytes at the trace's GPU peak."""

@@ -192,8 +192,10 @@ def _overlap(
 
 def assign(timeline: Timeline, exports: Sequence[NcuExport]) -> tuple[Assigned, ...]:
     """Pair each process and device of each export with the trace's (rank, device) whose
-    kernels share the most match keys with its kernels; raise MismatchedExportError (naming
-    the file) where under MIN_NAME_OVERLAP_SHARE of them share a key with any device's."""
+    kernels share the most match keys with its kernels. Raise MismatchedExportError (naming
+    the file) where, over the whole export, under MIN_NAME_OVERLAP_SHARE of the kernels
+    share a key with the device they were paired with; a process or device of an export
+    that passes but that itself falls under it is left out, with a note."""
     trace = _trace_kernels(timeline)
     devices = trace.select(DEVICE_KEY).unique().sort(DEVICE_KEY).rows()
     out: list[Assigned] = []
@@ -207,17 +209,26 @@ def assign(timeline: Timeline, exports: Sequence[NcuExport]) -> tuple[Assigned, 
         groups = export.kernels.partition_by(
             ["process", "device"], maintain_order=True, as_dict=True
         )
-        for (process, ncu_device), kernels in groups.items():
-            best: tuple[float, int, int, pl.DataFrame, pl.DataFrame, bool] | None = None
-            for rank, device in devices:
-                mine = trace.filter((pl.col("rank") == rank) & (pl.col("device") == device))
-                share, nk, tk, shaped = _overlap(kernels, mine)
-                if best is None or share > best[0]:
-                    best = (share, rank, device, nk, tk, shaped)
-            assert best is not None  # the trace has GPU work (checked before)
+        paired = [
+            (key, kernels, _best_device(kernels, trace, devices)) for key, kernels in groups.items()
+        ]
+        shared = sum(best[0] * kernels.height for _, kernels, best in paired)
+        if shared / export.kernels.height < MIN_NAME_OVERLAP_SHARE:
+            # the example of a kernel not in the trace: from the group with most of them
+            _, _, best = max(paired, key=lambda p: (1 - p[2][0]) * p[1].height)
+            raise _mismatch(
+                export, export.kernels, shared / export.kernels.height, best[3], best[4]
+            )
+        left_out = [
+            f"process {process} device {ncu_device}: only {best[0]:.0%} of its "
+            f"{kernels.height} kernels match the trace's; left out"
+            for (process, ncu_device), kernels, best in paired
+            if best[0] < MIN_NAME_OVERLAP_SHARE
+        ]
+        for (process, ncu_device), _, best in paired:
             share, rank, device, nk, tk, shaped = best
             if share < MIN_NAME_OVERLAP_SHARE:
-                raise _mismatch(export, kernels, share, nk, tk)
+                continue
             out.append(
                 Assigned(
                     file=i,
@@ -232,11 +243,29 @@ def assign(timeline: Timeline, exports: Sequence[NcuExport]) -> tuple[Assigned, 
                     shaped=shaped,
                     present=export.present,
                     missing=export.missing,
-                    notes=export.notes,
+                    notes=(*export.notes, *left_out),
                     device_name=export.device_name,
                 )
             )
     return tuple(out)
+
+
+_Best = tuple[float, int, int, pl.DataFrame, pl.DataFrame, bool]
+
+
+def _best_device(
+    kernels: pl.DataFrame, trace: pl.DataFrame, devices: list[tuple[int, int]]
+) -> _Best:
+    """The overlap share, the trace's (rank, device) sharing most keys with `kernels` (the
+    first such), both sides with their keys, and whether the keys hold launch shapes."""
+    best: _Best | None = None
+    for rank, device in devices:
+        mine = trace.filter((pl.col("rank") == rank) & (pl.col("device") == device))
+        share, nk, tk, shaped = _overlap(kernels, mine)
+        if best is None or share > best[0]:
+            best = (share, rank, device, nk, tk, shaped)
+    assert best is not None  # the trace has GPU work (checked before)
+    return best
 
 
 def _mismatch(

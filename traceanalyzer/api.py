@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,8 +16,11 @@ from traceanalyzer.analyses.critical_path.critical_path import PATH_KINDS, mean_
 from traceanalyzer.analyses.distributed.rank import Options
 from traceanalyzer.analyses.gpu.idle import LAUNCH_GAP_MAX_NS
 from traceanalyzer.config import Settings
+from traceanalyzer.errors import ConfigError
 from traceanalyzer.model import Timeline, TraceMeta
+from traceanalyzer.model.ncu import NcuExport
 from traceanalyzer.readers import read
+from traceanalyzer.readers.ncu import read_ncu
 from traceanalyzer.render import pick, write_report
 from traceanalyzer.report import Report, build_report
 from traceanalyzer.rules import Context, Finding, Severity, run_rules
@@ -28,6 +32,15 @@ def load(path: str | Path, export_dir: Path | None = None) -> Timeline:
     """Read a trace file or a folder of per-rank files (`export_dir`: see `readers.read`)."""
     with stage("read"):
         return read(path, export_dir)
+
+
+def load_ncu(
+    paths: Sequence[str | Path], ncu_path: str | Path | None = None
+) -> tuple[NcuExport, ...]:
+    """Read Nsight Compute exports (`--ncu`: `--page raw` CSVs, or `.ncu-rep` reports through
+    the `ncu_report` module of the install at `ncu_path`)."""
+    with stage("read ncu"):
+        return tuple(read_ncu(p, ncu_path) for p in paths)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,13 +64,19 @@ def report(
     export_dir: Path | None = None,
     jobs: int | None = None,
     dask_scheduler: str | None = None,
+    ncu: Sequence[str | Path] = (),
+    ncu_path: str | Path | None = None,
 ) -> Report:
     """Load, analyze, diagnose and build the report of one trace (`export_dir`: where the
     SQLite exports of Nsight Systems reports are kept; default: a temporary folder).
 
     A folder of per-rank traces is reduced rank by rank (`ranks.analyze_folder`): each rank
     read and analysed alone in `jobs` worker processes (default: all cores; 1: one after
-    the other, here), or on the dask.distributed scheduler at `dask_scheduler`."""
+    the other, here), or on the dask.distributed scheduler at `dask_scheduler`.
+
+    `ncu`: Nsight Compute exports of the same program (`load_ncu`; `ncu_path`: the Nsight
+    Compute install whose `ncu_report` module reads `.ncu-rep` reports), joined to the
+    trace's kernels (analyses/counters/ncu_join.py)."""
     return analyze_path(
         path,
         top_n=top_n,
@@ -68,6 +87,8 @@ def report(
         export_dir=export_dir,
         jobs=jobs,
         dask_scheduler=dask_scheduler,
+        ncu=ncu,
+        ncu_path=ncu_path,
     ).report
 
 
@@ -93,10 +114,19 @@ def analyze_path(
     export_dir: Path | None = None,
     jobs: int | None = None,
     dask_scheduler: str | None = None,
+    ncu: Sequence[str | Path] = (),
+    ncu_path: str | Path | None = None,
 ) -> Done:
     """`report`'s pipeline, keeping what it made (the notebook API's `analyze`)."""
     opts = Options(top_n, step_pattern, launch_gap_max_ns, all_steps)
+    exports = load_ncu(ncu, ncu_path) if ncu else ()
     if ranks.is_rank_folder(Path(path)):
+        if exports:
+            raise ConfigError(
+                "--ncu joins Nsight Compute's kernels to one trace file, not a folder of ranks",
+                path=path,
+                hint="give the trace of the rank ncu profiled (e.g. the folder's rank0 file)",
+            )
         with stage("read and analyze ranks"):
             meta, metrics = ranks.analyze_folder(Path(path), opts, jobs, dask_scheduler)
         return Done(meta, metrics, diagnose(meta, metrics, settings), None)
@@ -108,6 +138,7 @@ def analyze_path(
         launch_gap_max_ns=launch_gap_max_ns,
         settings=settings,
         all_steps=all_steps,
+        ncu=exports,
     )
     return Done(timeline.meta, done.metrics, done.report, timeline)
 
@@ -119,15 +150,18 @@ def run(
     launch_gap_max_ns: int = LAUNCH_GAP_MAX_NS,
     settings: Settings | None = None,
     all_steps: bool = False,
+    ncu: Sequence[NcuExport] = (),
 ) -> Analysis:
     """The one pipeline: analyze a timeline, diagnose, build the report. `report`,
-    `annotate`, `batch` and `compare` (through `report`) and the rule docs all come here."""
+    `annotate`, `batch` and `compare` (through `report`) and the rule docs all come here.
+    `ncu`: Nsight Compute exports read (`load_ncu`) to join to the trace's kernels."""
     metrics: Metrics = analyze(
         timeline,
         top_n=top_n,
         step_pattern=step_pattern,
         launch_gap_max_ns=launch_gap_max_ns,
         all_steps=all_steps,
+        ncu=ncu,
     )
     return Analysis(timeline, metrics, diagnose(timeline.meta, metrics, settings))
 
@@ -230,6 +264,7 @@ __all__ = [
     "build_report",
     "gate",
     "load",
+    "load_ncu",
     "report",
     "run",
     "write",

@@ -139,6 +139,25 @@ def cli() -> None:
     "scheduler's workers (pip install 'traceanalyzer[dask]'); the files must be readable there "
     "at the same path.",
 )
+@click.option(
+    "--ncu",
+    "ncu",
+    multiple=True,
+    type=click.Path(path_type=str, dir_okay=False),
+    metavar="FILE",
+    help="An Nsight Compute export of the same program (ncu --csv --page raw, or .ncu-rep "
+    "with --ncu-path), joined to the trace's kernels: measured DRAM bytes, Tensor Core pipe, "
+    "registers, occupancy. Repeatable.",
+)
+@click.option(
+    "--ncu-path",
+    "ncu_path",
+    type=click.Path(path_type=str, file_okay=False),
+    default=None,
+    metavar="DIR",
+    help="The Nsight Compute install (or its extras/python) whose ncu_report module reads "
+    ".ncu-rep files.",
+)
 @analysis_options
 def report(
     trace: str,
@@ -152,6 +171,8 @@ def report(
     fail_on: str | None,
     jobs: int | None,
     dask_scheduler: str | None,
+    ncu: tuple[str, ...],
+    ncu_path: str | None,
     all_steps: bool,
     nsys: str | None,
     debug: bool,
@@ -159,7 +180,9 @@ def report(
     """Report where GPU time went in TRACE: a torch.profiler trace (.json, .json.gz), a folder
     of per-rank traces, an Nsight Systems SQLite export, or an Nsight Systems report
     (.nsys-rep, exported with nsys). A folder's ranks are each read and analysed alone, in
-    parallel, and only their results are merged: memory stays bounded by the largest rank."""
+    parallel, and only their results are merged: memory stays bounded by the largest rank.
+    With --ncu, Nsight Compute's kernels are matched to the trace's by name and launch order;
+    the trace's durations are kept, ncu's measured figures join them."""
 
     def job() -> None:
         _use_nsys(nsys)
@@ -173,6 +196,8 @@ def report(
             all_steps=all_steps,
             jobs=jobs,
             dask_scheduler=dask_scheduler,
+            ncu=ncu,
+            ncu_path=ncu_path,
         )
         api.write(rep, fmt, output)
         if api.gate(rep, settings):

@@ -14,7 +14,7 @@ public interface, documented in docs/python-api.md (`COLUMNS`, pinned by the tes
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -122,6 +122,29 @@ COLUMNS: dict[str, tuple[str, ...]] = {
         "tflops",
         "gbps",
         "share_of_roof",
+        "source",
+    ),
+    "ncu": (
+        "rank",
+        "device",
+        "name",
+        "grid",
+        "block",
+        "kernel_class",
+        "trace_kernels",
+        "ncu_kernels",
+        "kernel_ns",
+        "trace_mean_ns",
+        "ncu_mean_ns",
+        "dram_bytes",
+        "dram_source",
+        "dram_gbps",
+        "registers_per_thread",
+        "shared_mem_bytes",
+        "achieved_occupancy_share",
+        "warps_active",
+        "sm_throughput_share",
+        "tensor_pipe_share",
     ),
 }
 
@@ -272,7 +295,8 @@ class Analysis:
     def operators(self) -> pl.DataFrame:
         """Operators whose work is known from their shapes: matrix and attention operators
         (`kind` "flops": FLOPs, TFLOP/s, against their roof) and memory-bound ones (`kind`
-        "memory": bytes, GB/s, against the GPU's bandwidth)."""
+        "memory": bytes, GB/s, against the GPU's bandwidth); `source` "ncu" where the bytes
+        are Nsight Compute's measured DRAM bytes, "shapes" where estimated."""
         roof = self.metrics.flops.roofline.select(
             "rank",
             "device",
@@ -287,6 +311,7 @@ class Analysis:
             tflops="achieved_tflops",
             gbps=pl.lit(None, pl.Float64),
             share_of_roof="share_of_roof",
+            source="source",
         )
         memory = self.metrics.bandwidth.operators.select(
             "rank",
@@ -302,8 +327,17 @@ class Analysis:
             tflops=pl.lit(None, pl.Float64),
             gbps="gbps",
             share_of_roof="share_of_peak",
+            source="source",
         )
         return pl.concat([roof, memory], how="vertical_relaxed").sort("kernel_ns", descending=True)
+
+    @property
+    def ncu(self) -> pl.DataFrame:
+        """Nsight Compute's measurements on the trace's kernels (`analyze(path, ncu=[...])`),
+        one row per kernel name and launch shape: launches matched, the trace's time, DRAM
+        bytes and GB/s, registers, shared memory, achieved occupancy, SM and Tensor Core pipe
+        shares; empty without `ncu`."""
+        return self.metrics.ncu.kernels.select(COLUMNS["ncu"])
 
     @property
     def events(self) -> pl.DataFrame:
@@ -377,9 +411,14 @@ def analyze(
     dask_scheduler: str | None = None,
     top_n: int = DEFAULT_TOP_KERNELS,
     launch_gap_max_ns: int = LAUNCH_GAP_MAX_NS,
+    ncu: str | Path | Sequence[str | Path] = (),
+    ncu_path: str | Path | None = None,
 ) -> Analysis:
     """Analyse a trace file or a folder of rank files, as `traceanalyzer report` does (the
-    same options); returns an `Analysis`."""
+    same options); returns an `Analysis`. `ncu`: Nsight Compute exports of the same program
+    (one path or several: `--page raw` CSVs, or `.ncu-rep` reports read with the
+    `ncu_report` module of the install at `ncu_path`), joined to the trace's kernels."""
+    exports = [ncu] if isinstance(ncu, str | Path) else list(ncu)
     done = api.analyze_path(
         path,
         top_n=top_n,
@@ -389,6 +428,8 @@ def analyze(
         all_steps=all_steps,
         jobs=jobs,
         dask_scheduler=dask_scheduler,
+        ncu=exports,
+        ncu_path=ncu_path,
     )
     return Analysis(
         path=Path(path),

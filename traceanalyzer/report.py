@@ -9,7 +9,9 @@ JSON format versions (`FORMAT_VERSION`):
   launch_size_histogram and small_kernels, and the sections idle, communication, copies and
   memory_bandwidth. critical_path entries add steps_total (steps in the window; the graph
   is built for at most 24 evenly spread steps per rank, counted in `steps`); matmul_shapes,
-  memory_growth and timeline_bins (each window in 240 bins: busy and idle by cause).
+  memory_growth and timeline_bins (each window in 240 bins: busy and idle by cause);
+  ncu (Nsight Compute joined: null without --ncu), tensor_core.measured, and `source` and
+  `estimated_bytes` on memory_bandwidth and roofline rows.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from typing import Any, TypedDict
 
 import polars as pl
 
+from traceanalyzer.analyses.counters.ncu_join import MIN_NAME_OVERLAP_SHARE
+from traceanalyzer.analyses.counters.ncu_results import MIN_TENSOR_PIPE_SHARE
 from traceanalyzer.analyses.distributed.imbalance import RANK_FIGURES
 from traceanalyzer.analyses.gpu.idle import CAUSES, LONGEST_GAPS, longest_first
 from traceanalyzer.analyses.gpu.kernels import SMALL_KERNEL_NS
@@ -53,6 +57,13 @@ class WindowDict(TypedDict):
     excluded_steps: list[ExcludedStepDict]
 
 
+class MeasuredTensorCoreDict(TypedDict):
+    gemm_ns: int
+    tc_ns: int
+    tensor_pipe_share: float | None
+    tc_share_of_gemm: float | None
+
+
 class TensorCoreDict(TypedDict):
     tc_ns: int
     gemm_ns: int
@@ -60,6 +71,21 @@ class TensorCoreDict(TypedDict):
     share_of_gemm: float | None
     share_of_kernel: float | None
     unknown_ns: int
+    measured: MeasuredTensorCoreDict | None
+
+
+class NcuDict(TypedDict):
+    files: list[dict[str, Any]]
+    matched_kernels: int
+    unmatched_kernels: int
+    matched_trace_kernels: int
+    kernel_ns: int
+    covered_ns: int
+    covered_share: float | None
+    min_name_overlap_share: float
+    min_tensor_pipe_share: float
+    kernels: list[dict[str, Any]]
+    notes: list[str]
 
 
 class DeviceDict(TypedDict):
@@ -212,6 +238,7 @@ class Report:
     roofline: tuple[dict[str, Any], ...] = ()
     context: dict[str, Any] | None = None
     verdict: VerdictDict | None = None
+    ncu: NcuDict | None = None
 
     def to_json_dict(self) -> dict[str, Any]:
         """The contract's JSON object (keys in a stable order)."""
@@ -232,6 +259,7 @@ class Report:
             "memory_bandwidth": self.bandwidth,
             "matmul_shapes": list(self.matmul_shapes),
             "roofline": list(self.roofline),
+            "ncu": self.ncu,
             "memory_growth": list(self.memory_growth),
             "memory_steps": list(self.memory_steps),
             "timeline_bins": list(self.timeline_bins),
@@ -313,6 +341,76 @@ def _rank_figures(metrics: Metrics, rank: int) -> dict[str, Any]:
         "comm_bytes": c["bytes"] // row["steps"] if c.get("bytes") and row.get("steps") else None,
         "busbw_gbps": c.get("busbw_gbps"),
         "host_phases": host_phase_medians(metrics.host_phases.steps, rank),
+    }
+
+
+#: The matched kernels listed in the `ncu` section: the most kernel time first.
+TOP_NCU_KERNELS = 15
+
+
+def _ncu(metrics: Metrics) -> NcuDict | None:
+    """The `ncu` section (docs/report.md): null without `--ncu`."""
+    files = metrics.ncu.files
+    if files.height == 0:
+        return None
+    per_device = files.group_by("rank", "device").agg(pl.col("kernel_ns").max())
+    kernel_ns = int(per_device["kernel_ns"].sum() or 0)
+    covered = int(metrics.ncu.devices["covered_ns"].sum() or 0)
+    notes: list[str] = []
+    several = files["path"].n_unique() > 1
+    for path, file_notes in (
+        files.select("path", "notes").unique("path", maintain_order=True).rows()
+    ):
+        notes.extend(f"{path}: {n}" if several else n for n in file_notes)
+    rows = [
+        {
+            "path": f["path"],
+            "process": f["process"],
+            "ncu_device": f["ncu_device"],
+            "rank": f["rank"],
+            "device": f["device"],
+            "alignment": f["alignment"],
+            "launch_thread": f["launch_thread"],
+            "ncu_kernels": f["ncu_kernels"],
+            "matched_ncu_kernels": f["matched_ncu_kernels"],
+            "unmatched_ncu_kernels": f["ncu_kernels"] - f["matched_ncu_kernels"],
+            "name_overlap_share": f["name_overlap_share"],
+            "trace_kernels": f["trace_kernels"],
+            "matched_trace_kernels": f["matched_trace_kernels"],
+            "kernel_ns": f["kernel_ns"],
+            "covered_ns": f["covered_ns"],
+            "covered_share": f["covered_share"],
+            "dram_source": f["dram_source"],
+            "counters": {"present": f["present"], "missing": f["missing"]},
+        }
+        for f in files.iter_rows(named=True)
+    ]
+    return {
+        "files": rows,
+        "matched_kernels": int(files["matched_ncu_kernels"].sum()),
+        "unmatched_kernels": int((files["ncu_kernels"] - files["matched_ncu_kernels"]).sum()),
+        "matched_trace_kernels": int(files["matched_trace_kernels"].sum()),
+        "kernel_ns": kernel_ns,
+        "covered_ns": covered,
+        "covered_share": covered / kernel_ns if kernel_ns else None,
+        "min_name_overlap_share": MIN_NAME_OVERLAP_SHARE,
+        "min_tensor_pipe_share": MIN_TENSOR_PIPE_SHARE,
+        "kernels": _rows(metrics.ncu.kernels.head(TOP_NCU_KERNELS)),
+        "notes": list(dict.fromkeys(notes)),
+    }
+
+
+def _measured_tensor_cores(metrics: Metrics) -> dict[tuple[int, int], MeasuredTensorCoreDict]:
+    """Each device's `tensor_core.measured`: Nsight Compute's Tensor Core pipe on the matched
+    GEMM-class kernels (none without `--ncu`)."""
+    return {
+        (r["rank"], r["device"]): {
+            "gemm_ns": r["gemm_ns"],
+            "tc_ns": r["tc_ns"],
+            "tensor_pipe_share": r["tensor_pipe_share"],
+            "tc_share_of_gemm": r["tc_share_of_gemm"],
+        }
+        for r in metrics.ncu.devices.iter_rows(named=True)
     }
 
 
@@ -928,6 +1026,7 @@ def build_report(
     flop_rows = _flop_rows(metrics)
     memory_rows = _memory_rows(metrics)
     launch_rows = _launch_rows(metrics)
+    measured_tc = _measured_tensor_cores(metrics)
     devices: list[DeviceDict] = [
         {
             "rank": r["rank"],
@@ -955,6 +1054,7 @@ def build_report(
                 "share_of_gemm": r["share_of_gemm"],
                 "share_of_kernel": r["share_of_kernel"],
                 "unknown_ns": r["unknown_ns"] or 0,
+                "measured": measured_tc.get((r["rank"], r["device"])),
             },
             "flops": flop_rows.get((r["rank"], r["device"])),
             "memory": memory_rows.get((r["rank"], r["device"])),
@@ -1082,4 +1182,5 @@ def build_report(
         memory_steps=tuple(_rows(metrics.memory.peaks.sort("rank", "device", "step"))),
         matmul_shapes=tuple(_rows(metrics.shapes.matmuls.head(TOP_BANDWIDTH_OPS))),
         roofline=tuple(_rows(metrics.flops.roofline.head(TOP_ROOFLINE_OPS))),
+        ncu=_ncu(metrics),
     )

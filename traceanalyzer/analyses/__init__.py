@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import polars as pl
 
+from traceanalyzer.analyses.counters import ncu_join
 from traceanalyzer.analyses.distributed import job
 from traceanalyzer.analyses.distributed.rank import Flagged, Options, RankPart, analyze_rank
 from traceanalyzer.analyses.gpu import idle
@@ -13,6 +15,7 @@ from traceanalyzer.analyses.metrics import Metrics
 from traceanalyzer.analyses.timeline import steady
 from traceanalyzer.errors import ConfigError, NoGpuEventsError
 from traceanalyzer.model import Timeline
+from traceanalyzer.model.ncu import NcuExport
 
 DEFAULT_TOP_KERNELS = 10
 
@@ -23,6 +26,7 @@ def analyze(
     step_pattern: str | None = None,
     launch_gap_max_ns: int = idle.LAUNCH_GAP_MAX_NS,
     all_steps: bool = False,
+    ncu: Sequence[NcuExport] = (),
 ) -> Metrics:
     """Compute every analysis for every (rank, device) of the timeline.
 
@@ -34,10 +38,15 @@ def analyze(
     parts (`job`): the same pipeline as a folder whose ranks are read and analysed in
     separate processes (`traceanalyzer.ranks`). The execution policy of one rank lives in
     `analyze_rank` (docs/architecture.md, "Where work runs in parallel").
+
+    `ncu`: Nsight Compute exports of the same program: each is paired with the devices it
+    matches (`ncu_join.assign`, which refuses one that barely overlaps the trace), and its
+    measurements reach the bandwidth table, the roofline and Metrics.ncu.
     """
     if timeline.gpu_work().select(pl.len()).collect().item() == 0:
         raise no_gpu_events(timeline)
-    opts = Options(top_n, step_pattern, launch_gap_max_ns, all_steps)
+    assigned = ncu_join.assign(timeline, ncu) if ncu else ()
+    opts = Options(top_n, step_pattern, launch_gap_max_ns, all_steps, ncu=assigned)
     ranks = timeline.events["rank"].unique().sort().to_list()
     if len(ranks) == 1:
         part = analyze_rank(timeline, opts, solo=True)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from traceanalyzer.analyses.causes import impact as causes_impact
-from traceanalyzer.analyses.counters import launch_shapes
+from traceanalyzer.analyses.counters import launch_shapes, ncu_results
 from traceanalyzer.analyses.critical_path import critical_path
 from traceanalyzer.analyses.distributed import overlap
 from traceanalyzer.analyses.gpu import (
@@ -31,6 +31,7 @@ from traceanalyzer.analyses.timeline.frames import SchemaDriftError, check_schem
 if TYPE_CHECKING:
     from traceanalyzer.analyses.causes.impact import CauseImpact, Causes
     from traceanalyzer.analyses.counters.launch_shapes import LaunchShapes, UnderfillImpact
+    from traceanalyzer.analyses.counters.ncu_results import NcuJoin
     from traceanalyzer.analyses.critical_path.critical_path import CriticalPath
     from traceanalyzer.analyses.distributed.collectives import CollectiveSplit, OverlapImpact
     from traceanalyzer.analyses.distributed.imbalance import RankBalance
@@ -83,6 +84,7 @@ FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
     **{f"periods.{k}": dict(v) for k, v in steady.Periods.SCHEMAS.items()},
     **{f"causes.{k}": dict(v) for k, v in causes_impact.Causes.SCHEMAS.items()},
     **{f"launch_shapes.{k}": dict(v) for k, v in launch_shapes.LaunchShapes.SCHEMAS.items()},
+    **{f"ncu.{k}": dict(v) for k, v in ncu_results.NcuJoin.SCHEMAS.items()},
 }
 #: Columns a frame carries only where the trace has them (`<field>.<frame>` for a typed
 #: result's, from its `OPTIONAL`).
@@ -178,6 +180,11 @@ class Metrics:
       SM, occupancy, waves, SM fill) and the launches that leave most SMs idle
       (analyses/counters/launch_shapes.py: launch_shapes.LaunchShapes); `underfill_model`:
       per device, what filling the GPU with them saves (launch_shapes.underfill_impact).
+    - `ncu`: Nsight Compute's kernels matched to the trace's (`--ncu`): per export the
+      kernels matched and the kernel time they cover, per kernel name the measured DRAM
+      bytes, registers, occupancy and pipe shares, per device the Tensor Core pipe's
+      measured share (analyses/counters/ncu_join.py, ncu_results.py: NcuJoin; empty frames
+      without `--ncu`).
     """
 
     basis: str
@@ -218,3 +225,4 @@ class Metrics:
     cause_model: tuple[CauseImpact, ...]
     launch_shapes: LaunchShapes
     underfill_model: tuple[UnderfillImpact, ...]
+    ncu: NcuJoin

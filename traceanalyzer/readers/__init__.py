@@ -173,6 +173,8 @@ __all__ = ["READERS", "detect", "read"]
 
 #: torch.profiler's `export_memory_timeline` JSON: `[[times...], [[bytes per category]...]]`.
 _MEMORY_TIMELINE = re.compile(rb"^\[\s*\[\s*-?\d")
+#: Nsight Compute's exports: a raw-page CSV's header, a report's suffix.
+_NCU_CSV = re.compile(rb'^(?:==PROF==[^\n]*\n)*"ID","Process ID"')
 #: Perfetto's protobuf traces, by name (their bytes have no mark of their own).
 _PERFETTO_SUFFIXES = (".pftrace", ".perfetto-trace", ".perfetto")
 
@@ -188,6 +190,14 @@ def _not_a_trace(path: Path) -> None:
             path=path,
             hint="export the trace itself: prof.export_chrome_trace(path), or "
             "tensorboard_trace_handler",
+        )
+    if _NCU_CSV.match(head) or path.name.lower().endswith((".ncu-rep", ".ncu-rep.gz")):
+        raise UnsupportedTraceError(
+            "an Nsight Compute export, not a trace: it holds kernels replayed one by one, "
+            "with no timeline to analyse",
+            path=path,
+            hint="give it beside a trace of the same program: `traceanalyzer report TRACE "
+            f"--ncu {path.name}`",
         )
     if path.name.lower().endswith(_PERFETTO_SUFFIXES):
         raise UnsupportedTraceError(

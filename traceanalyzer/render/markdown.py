@@ -141,5 +141,37 @@ class MarkdownRenderer:
                     + " | ".join(launch.cell(s, key) for _, key in launch.COLUMNS)
                     + f" | {_code(name, in_table=True)} |"
                 )
+        lines += _ncu_lines(r)
         lines += ["", "Terms (step time, own, exposed, host wait, ...): docs/glossary.md."]
         out.write("\n".join(lines) + "\n")
+
+
+def _ncu_lines(r: Report) -> list[str]:
+    """What Nsight Compute measured on the trace's kernels (nothing without --ncu)."""
+    n = r.ncu
+    if n is None:
+        return []
+    total = n["matched_kernels"] + n["unmatched_kernels"]
+    lines = [
+        "",
+        "### Nsight Compute",
+        "",
+        f"{n['matched_kernels']} of {total} profiled kernels matched the trace's by name and "
+        f"launch order: {n['matched_trace_kernels']} trace kernels, "
+        f"{percent(n['covered_share'])} of their devices' kernel time. Durations are the "
+        "trace's; DRAM bytes, pipes, registers and occupancy are ncu's.",
+        "",
+        "| time | DRAM GB/s | TC pipe | occupancy | registers | kernel |",
+        "|---|---|---|---|---|---|",
+    ]
+    shown = short_names([k["name"] for k in n["kernels"][:8]])
+    for k, name in zip(n["kernels"][:8], shown, strict=True):
+        gbps = "n/a" if k["dram_gbps"] is None else f"{k['dram_gbps']:.0f}"
+        regs = "" if k["registers_per_thread"] is None else str(k["registers_per_thread"])
+        lines.append(
+            f"| {duration(k['kernel_ns'])} | {gbps} | {percent(k['tensor_pipe_share'])} |"
+            f" {percent(k['achieved_occupancy_share'])} | {regs} | {_code(name, in_table=True)} |"
+        )
+    if n["notes"]:
+        lines += ["", *[f"- {_text(note)}" for note in n["notes"]]]
+    return lines

@@ -230,6 +230,7 @@ def _lines(r: Report, width: int = PLAIN_WIDTH) -> list[str]:
             )
     lines += _copy_lines(r)
     lines += _bandwidth_lines(r)
+    lines += _ncu_lines(r)
     q = r.quality
     if q["truncated"] or q["dropped_events"] or q["notes"]:
         lines += ["", "Data quality"]
@@ -414,6 +415,14 @@ def _tensor_core_lines(r: Report) -> list[str]:
             f" {duration(t['tc_ns']):>10} {duration(t['unknown_ns']):>10}"
             f" {percent(t['share_of_gemm']):>8} {percent(t['share_of_kernel']):>10}"
         )
+    for d in r.devices:
+        m = d["tensor_core"].get("measured")
+        if m and m["gemm_ns"]:
+            lines.append(
+                f"  rank {d['rank']} device {d['device']}, measured by Nsight Compute: the Tensor"
+                f" Core pipe active {percent(m['tensor_pipe_share'])} of the matched GEMM time"
+                f" ({duration(m['gemm_ns'])}); {duration(m['tc_ns'])} of it on the Tensor Cores"
+            )
     return lines
 
 
@@ -425,14 +434,59 @@ def _gbps(gbps: float | None) -> str:
 def _bandwidth_lines(r: Report) -> list[str]:
     if not r.bandwidth:
         return []
-    lines = ["", "Memory-bound operators (bytes estimated from recorded shapes)"]
+    measured = any(b.get("source") == "ncu" for b in r.bandwidth)
+    how = (
+        "DRAM bytes measured by Nsight Compute where marked ncu, else estimated from recorded "
+        "shapes"
+        if measured
+        else "bytes estimated from recorded shapes"
+    )
+    lines = ["", f"Memory-bound operators ({how})"]
     lines.append(f"  {'kernel time':>11} {'GB/s':>8} {'of peak':>8}  operator")
     for b in r.bandwidth[:8]:
+        mark = " [ncu]" if b.get("source") == "ncu" else ""
         lines.append(
             f"  {duration(b['kernel_ns']):>11} {_gbps(b['gbps']):>8} "
             f"{'> peak' if b.get('beyond_peak') else percent(b['share_of_peak']):>8}"
-            f"  {printable(b['op_name'], 60)} ({b['ops']} calls, rank {b['rank']})"
+            f"  {printable(b['op_name'], 60)} ({b['ops']} calls, rank {b['rank']}){mark}"
         )
+    return lines
+
+
+def _ncu_lines(r: Report) -> list[str]:
+    """What Nsight Compute measured on the trace's kernels (nothing without --ncu)."""
+    n = r.ncu
+    if n is None:
+        return []
+    lines = [
+        "",
+        f"Nsight Compute ({n['matched_kernels']} of {n['matched_kernels'] + n['unmatched_kernels']}"
+        f" profiled kernels matched; {n['matched_trace_kernels']} trace kernels,"
+        f" {percent(n['covered_share'])} of their devices' kernel time; durations are the"
+        " trace's)",
+    ]
+    for f in n["files"]:
+        lines.append(
+            f"  {printable(f['path'], 60)} -> rank {f['rank']} device {f['device']}:"
+            f" {f['matched_ncu_kernels']} of {f['ncu_kernels']} matched ({f['alignment']}"
+            + ("" if f.get("launch_thread") is None else f", thread {f['launch_thread']}")
+            + "),"
+            f" {percent(f['covered_share'])} of kernel time; DRAM bytes:"
+            f" {f['dram_source'] or 'none'}"
+        )
+    if n["kernels"]:
+        lines.append(
+            f"  {'time':>10} {'DRAM GB/s':>9} {'TC pipe':>8} {'occup.':>7} {'regs':>5}  kernel"
+        )
+        shown = short_names([k["name"] for k in n["kernels"][:8]])
+        for k, name in zip(n["kernels"][:8], shown, strict=True):
+            regs = "" if k["registers_per_thread"] is None else str(k["registers_per_thread"])
+            lines.append(
+                f"  {duration(k['kernel_ns']):>10} {_gbps(k['dram_gbps']):>9}"
+                f" {percent(k['tensor_pipe_share']):>8} {percent(k['achieved_occupancy_share']):>7}"
+                f" {regs:>5}  {printable(name, 60)}"
+            )
+    lines += [f"  {printable(note, 300)}" for note in n["notes"]]
     return lines
 
 

@@ -25,6 +25,10 @@ class MemoryBound(Rule):
     optimizer `multi_tensor_apply`, embedding and index kernels. Copy and cast kernels are
     reported by TA010. Where the trace records operator shapes (`record_shapes=True`), the
     evidence lists the top operators' achieved bandwidth and its share of the GPU's peak.
+    With `report --ncu`, an operator all of whose calls' kernels Nsight Compute measured
+    gets ncu's DRAM bytes instead of the shapes' estimate (its evidence `source` is "ncu",
+    and the message says "measured"), still over the trace's kernel time: ncu's durations,
+    at base clocks with cold caches, are not the job's. It needs no recorded shapes then.
 
     ## Why it matters
     These kernels do under one FLOP per byte: their speed is set by memory bandwidth, not by
@@ -111,6 +115,7 @@ class MemoryBound(Rule):
         seen = "; ".join(
             f"{o['op_name']} "
             + (f"{o['gbps']:.0f} GB/s" if o["gbps"] is not None else "above the peak (L2)")
+            + (" measured" if o.get("source") == "ncu" else "")
             + (f" ({o['share_of_peak']:.0%} of peak)" if o["share_of_peak"] is not None else "")
             for o in top
         )

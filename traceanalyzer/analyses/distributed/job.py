@@ -17,7 +17,7 @@ import polars as pl
 
 from traceanalyzer.analyses import context
 from traceanalyzer.analyses.causes import impact as causes_impact
-from traceanalyzer.analyses.counters import launch_shapes
+from traceanalyzer.analyses.counters import launch_shapes, ncu_results
 from traceanalyzer.analyses.critical_path import critical_path
 from traceanalyzer.analyses.distributed import collectives, imbalance, overlap
 from traceanalyzer.analyses.distributed.rank import Flagged, Options, RankPart
@@ -276,6 +276,7 @@ def _merge(
         cause_model=causes_impact.cause_impact(found, dev, once_model, savings, counts),
         launch_shapes=shaped,
         underfill_model=launch_shapes.underfill_impact(shaped.per_device, savings, counts),
+        ncu=_ncu(parts) if opts.ncu else ncu_results.NcuJoin.empty(),
     )
 
 
@@ -294,6 +295,13 @@ def _flops(
         return flops.with_hardware(hardware, hardware)
     model = flops.device_flops(flops.less(ops, redone), steps, wins, infos, gemm)
     return flops.with_hardware(model, hardware)
+
+
+def _ncu(parts: list[RankPart]) -> ncu_results.NcuJoin:
+    """Nsight Compute's measurements, every rank's."""
+    return ncu_results.NcuJoin.of(
+        [(p.frames["ncu_files"], p.frames["ncu_kernels"], p.frames["ncu_devices"]) for p in parts]
+    )
 
 
 def _all_names(names: pl.DataFrame) -> pl.DataFrame:

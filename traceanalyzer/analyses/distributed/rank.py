@@ -30,7 +30,7 @@ from traceanalyzer.analyses.causes import (
     recompute,
     step_kinds,
 )
-from traceanalyzer.analyses.counters import launch_shapes
+from traceanalyzer.analyses.counters import launch_shapes, ncu_join, ncu_results
 from traceanalyzer.analyses.critical_path import critical_path
 from traceanalyzer.analyses.critical_path.critical_graph import GraphInputs
 from traceanalyzer.analyses.distributed import collectives, imbalance, overlap
@@ -53,7 +53,7 @@ from traceanalyzer.analyses.gpu import (
 from traceanalyzer.analyses.host import host_phases
 from traceanalyzer.analyses.timeline import clock, startup, steady, windows
 from traceanalyzer.errors import ConfigError
-from traceanalyzer.model import Timeline, TraceMeta
+from traceanalyzer.model import DeviceInfo, Timeline, TraceMeta
 from traceanalyzer.timings import stage
 
 #: A step -> (reason, rank where first found, name): the steps left out on every rank.
@@ -71,6 +71,9 @@ class Options:
     #: every idle gap in Metrics.idle.gaps (annotate places them); False: the ones the report
     #: and rules read (idle.read_gaps), so that a rank's part stays small
     all_gaps: bool = True
+    #: Nsight Compute's kernels, each export's processes paired with a (rank, device)
+    #: (`ncu_join.assign`); empty without `--ncu`
+    ncu: tuple[ncu_join.Assigned, ...] = field(default=(), compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,7 +191,7 @@ def analyze_rank(
         results = _run_plan(shared)
     graph = None if solo else path.result().graph
     with stage("analyze: rank results"):
-        part = _reduce(shared, results, table, found, graph, timeline, opts.all_gaps)
+        part = _reduce(shared, results, table, found, graph, timeline, opts)
     if solo:
         part = dataclasses.replace(part, paths=path.result().paths)
     return part
@@ -338,10 +341,11 @@ def _reduce(
     found: int,
     graph: GraphInputs | None,
     timeline: Timeline,
-    all_gaps: bool,
+    opts: Options,
 ) -> RankPart:
     """File the plan's results and the analyses that need no plan (small frames, or reads of
-    the timeline of their own) into the rank's part."""
+    the timeline of their own) into the rank's part. Nsight Compute's kernels, where given,
+    are matched first: the bandwidth table and the roofline read their DRAM bytes."""
     key = windows.DEVICE_KEY
     causes = [f"{c}_ns" for c in idle.CAUSES]
     dev = (
@@ -379,6 +383,9 @@ def _reduce(
         return calls, startup.idle_per_device(calls, w.gaps)
 
     comm = in_windows.filter(pl.col("is_comm"))
+    ncu = _ncu(in_windows, opts.ncu, gpus, w.linked)
+    measured = ncu.measured_bytes() if opts.ncu else None
+    all_gaps = opts.all_gaps
     done = concurrently(
         {
             "small": lambda: kernels.small_totals(in_windows),
@@ -392,7 +399,7 @@ def _reduce(
             "comm_compute": lambda: collectives.compute_near_comm(in_windows),
             "host_blocked": lambda: imbalance.host_blocked(w.linked, w.syncs, _host_ranges(w)),
             "phases": phases,
-            "op_flops": lambda: flops.op_flops(timeline, in_windows),
+            "op_flops": lambda: flops.op_flops(timeline, in_windows, measured),
             "casts": lambda: _casts(timeline, in_windows),
             "fp32_traffic": lambda: casts.fp32_traffic(timeline, in_windows),
             "ddp_copies": lambda: casts.ddp_bucket_copies(timeline, w.linked, by_steps=w.by_steps),
@@ -400,7 +407,9 @@ def _reduce(
             "memory_model": lambda: fusion.memory_bound_model(timeline, in_windows, gpus),
             "startup": one_time,
             "timeline_bins": lambda: idle.timeline_bins(w.gaps, w.wins),
-            "bandwidth": lambda: bandwidth.memory_bound_bandwidth(timeline, in_windows, gpus),
+            "bandwidth": lambda: bandwidth.memory_bound_bandwidth(
+                timeline, in_windows, gpus, measured
+            ),
             "matmul_shapes": lambda: shapes.matmul_shapes(timeline, in_windows),
             "memory_peaks": lambda: memory.step_peaks(timeline, w.markers),
             "non_tc_gemms": lambda: gemm_units.non_tensor_core_gemms(in_windows),
@@ -412,7 +421,7 @@ def _reduce(
             "layout": lambda: layout.layout_kernels(in_windows),
             "launch_shapes": lambda: launch_shapes.launch_shapes(in_windows, gpus),
             "step_kinds": lambda: step_kinds.step_kinds(timeline, w.markers, step_rows),
-            "recompute": lambda: _recompute(timeline, w),
+            "recompute": lambda: _recompute(timeline, w, measured),
             "zero_fill": lambda: host_work.zero_fill_kernels(
                 timeline, w.markers, w.linked, w.kernels
             ),
@@ -470,6 +479,9 @@ def _reduce(
         "recompute": done["recompute"][0],
         "recompute_flops": done["recompute"][1],
         "zero_fill": done["zero_fill"],
+        "ncu_files": ncu.files,
+        "ncu_kernels": ncu_results.kernel_summary(ncu.kernels),
+        "ncu_devices": ncu_results.device_summary(ncu.kernels, ncu.files),
     }
     ranks = timeline.events["rank"]
     return RankPart(
@@ -562,16 +574,37 @@ def _host_causes(
     return host, names, anomaly.forward_capture(timeline, w.markers, checked)
 
 
-def _recompute(timeline: Timeline, w: Windowed) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _recompute(
+    timeline: Timeline, w: Windowed, measured: pl.DataFrame | None
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The recomputed forward per device, and its FLOPs (op_flops of its kernels alone);
     where no forward operator runs in the backward, the recompute a compiled backward's GEMM
-    FLOPs show (recompute.compiled_recompute)."""
+    FLOPs show (recompute.compiled_recompute). `measured`: Nsight Compute's DRAM bytes per
+    kernel, as the whole rank's op_flops read them."""
+
+    def op_flops(tl: Timeline, kernels: pl.DataFrame) -> pl.DataFrame:
+        return flops.op_flops(tl, kernels, measured)
+
     summary, kernels_of = recompute.recomputed_kernels(timeline, w.markers, w.linked, w.kernels)
     if summary.height == 0:
-        return recompute.compiled_recompute(
-            timeline, w.markers, w.linked, w.kernels, flops.op_flops
-        )
-    return summary, flops.op_flops(timeline, kernels_of)
+        return recompute.compiled_recompute(timeline, w.markers, w.linked, w.kernels, op_flops)
+    return summary, op_flops(timeline, kernels_of)
+
+
+def _ncu(
+    kernels: pl.DataFrame,
+    assigned: tuple[ncu_join.Assigned, ...],
+    gpus: tuple[DeviceInfo, ...],
+    linked: pl.DataFrame,
+) -> ncu_join.Matched:
+    """The kernels inside the windows matched with the ncu kernels paired with this rank's
+    devices (none without `--ncu`); `linked` gives each kernel's launching thread."""
+    ranks = set(kernels["rank"].unique().to_list())
+    mine = [a for a in assigned if a.rank in ranks]
+    if not mine:
+        return ncu_join.match(kernels.clear(), [], gpus)
+    threads = linked.select("rank", "device", "correlation", "launch_tid")
+    return ncu_join.match(kernels, mine, gpus, threads)
 
 
 def _casts(timeline: Timeline, in_windows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:

@@ -317,13 +317,22 @@ def operator_bytes(timeline: Timeline, wanted: pl.LazyFrame | None = None) -> pl
 
 
 def memory_bound_bandwidth(
-    timeline: Timeline, kernels: pl.DataFrame, devices: tuple[DeviceInfo, ...]
+    timeline: Timeline,
+    kernels: pl.DataFrame,
+    devices: tuple[DeviceInfo, ...],
+    measured: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """Per (rank, device, op_name), for memory-bound and copy/cast kernels whose operator's
-    traffic is known: ops (operator calls), kernel_ns, bytes, gbps, peak_gbps, share_of_peak
-    (null where the GPU is unknown). Most kernel time first.
+    traffic is known: ops (operator calls), kernel_ns, bytes, elements, gbps, peak_gbps,
+    beyond_peak, share_of_peak (null where the GPU is unknown), source and estimated_bytes.
+    Most kernel time first.
 
-    `kernels`: kernels inside the windows with kernel_class and clipped_ns.
+    `kernels`: kernels inside the windows with kernel_class, op_name and clipped_ns.
+    `measured`: rank, device, correlation, dram_bytes of the kernels Nsight Compute measured
+    (`ncu_join.Matched.measured_bytes`; None without `--ncu`). An operator all of whose
+    calls' kernels were measured has ncu's DRAM bytes (`source` "ncu", the shapes' estimate
+    beside them in `estimated_bytes`, null where a call has none); any other has the
+    estimate from its calls with shapes (`source` "shapes").
     """
     launches = launch_ops(timeline)
     # a link counts only where the launch started inside the operator: some producers
@@ -331,13 +340,13 @@ def memory_bound_bandwidth(
     linked = (
         kernels.lazy()
         .filter(pl.col("kernel_class").cast(pl.String).is_in(_BANDWIDTH_CLASSES))
-        .select(*DEVICE_KEY, "correlation", "clipped_ns")
+        .select(*DEVICE_KEY, "correlation", "clipped_ns", kernel_op="op_name")
         .join(launches, on=["rank", "correlation"])
         .collect()
         .lazy()
     )
     wanted = linked.select("rank", external_id="op_link").unique()
-    per_op = (
+    per_call = (
         linked.join(
             operator_bytes(timeline, wanted),
             left_on=["rank", "op_link"],
@@ -346,7 +355,10 @@ def memory_bound_bandwidth(
         .filter(pl.col("launch_ns").is_between(pl.col("op_start"), pl.col("op_end")))
         .group_by(*DEVICE_KEY, "op_link", "op_name", "bytes", "elements")
         .agg(kernel_ns=pl.col("clipped_ns").sum())
+        .with_columns(ncu_bytes=pl.lit(None, pl.Int64))
     )
+    if measured is not None:
+        per_call = _with_measured(per_call, linked, measured)
     peaks = pl.DataFrame(
         {
             "rank": [d.rank for d in devices],
@@ -355,35 +367,87 @@ def memory_bound_bandwidth(
         },
         schema={"rank": pl.Int32, "device": pl.Int32, "peak_gbps": pl.Float64},
     ).unique(subset=DEVICE_KEY)
+    est = pl.col("bytes").is_not_null()
+    ncu = pl.col("ncu_bytes").null_count() == 0
     return (
-        per_op.group_by(*DEVICE_KEY, "op_name")
+        per_call.group_by(*DEVICE_KEY, "op_name")
         .agg(
-            ops=pl.len().cast(pl.Int64),
-            kernel_ns=pl.col("kernel_ns").sum(),
-            bytes=pl.col("bytes").sum(),
-            elements=pl.col("elements").sum(),
+            _ncu=ncu,
+            _ncu_ops=pl.len().cast(pl.Int64),
+            _ncu_ns=pl.col("kernel_ns").sum(),
+            _ncu_bytes=pl.col("ncu_bytes").sum(),
+            _complete=pl.col("bytes").null_count() == 0,
+            ops=est.sum().cast(pl.Int64),
+            kernel_ns=pl.col("kernel_ns").filter(est).sum(),
+            bytes=pl.col("bytes").filter(est).sum(),
+            elements=pl.col("elements").filter(est).sum(),
         )
-        .filter(pl.col("kernel_ns") > 0)
+        .with_columns(
+            source=pl.when("_ncu").then(pl.lit("ncu")).otherwise(pl.lit("shapes")),
+            estimated_bytes=pl.when(pl.col("_complete") | ~pl.col("_ncu")).then("bytes"),
+            elements=pl.when(pl.col("_complete") | ~pl.col("_ncu")).then("elements"),
+        )
+        .with_columns(
+            ops=pl.when("_ncu").then("_ncu_ops").otherwise("ops"),
+            kernel_ns=pl.when("_ncu").then("_ncu_ns").otherwise("kernel_ns"),
+            bytes=pl.when("_ncu").then("_ncu_bytes").otherwise("bytes"),
+        )
+        .filter((pl.col("kernel_ns") > 0) & (pl.col("_ncu") | (pl.col("ops") > 0)))
+        .drop("_ncu", "_ncu_ops", "_ncu_ns", "_ncu_bytes", "_complete")
         .with_columns(gbps=pl.col("bytes") / pl.col("kernel_ns"))
         .join(peaks.lazy(), on=DEVICE_KEY, how="left")
         .with_columns(beyond_peak=(pl.col("gbps") > pl.col("peak_gbps")).fill_null(False))
         .with_columns(
             # an estimate above the physical peak is not shown: the tensors came from the L2
             # cache (small, re-read right after being written) or the shapes over-count the
-            # bytes (a broadcast input read once, a view); the bytes stay for the record
+            # bytes (a broadcast input read once, a view); the bytes stay for the record.
+            # ncu's bytes (cold caches) over the job's time can pass it too: L2 hits
             gbps=pl.when(pl.col("beyond_peak")).then(None).otherwise(pl.col("gbps")),
         )
         .with_columns(share_of_peak=pl.col("gbps") / pl.col("peak_gbps"))
-        .sort(["kernel_ns", "rank", "device", "op_name"], descending=[True, False, False, False])
+        .select(*Bandwidth.SCHEMAS["operators"])
+        .sort(
+            ["kernel_ns", "rank", "device", "op_name", "source"],
+            descending=[True, False, False, False, False],
+        )
         .collect()
+    )
+
+
+def _with_measured(
+    per_call: pl.LazyFrame, linked: pl.LazyFrame, measured: pl.DataFrame
+) -> pl.LazyFrame:
+    """Each operator call (rank, device, op_link) with ncu_bytes: the DRAM bytes of its
+    kernels where every one of them was measured (else null); calls without shapes that ncu
+    measured are added (their op_name from the kernels' launching operator)."""
+    calls = (
+        linked.join(measured.lazy(), on=[*DEVICE_KEY, "correlation"], how="left")
+        .group_by(*DEVICE_KEY, "op_link")
+        .agg(
+            _op=pl.col("kernel_op").drop_nulls().first(),
+            _ns=pl.col("clipped_ns").sum(),
+            ncu_bytes=pl.when(pl.col("dram_bytes").null_count() == 0).then(
+                pl.col("dram_bytes").sum()
+            ),
+        )
+    )
+    return (
+        per_call.drop("ncu_bytes")
+        .join(calls, on=[*DEVICE_KEY, "op_link"], how="full", coalesce=True)
+        .with_columns(
+            op_name=pl.coalesce("op_name", "_op"),
+            kernel_ns=pl.coalesce("kernel_ns", "_ns"),
+        )
+        .filter(pl.col("op_name").is_not_null())
+        .drop("_op", "_ns")
     )
 
 
 def top_operators(bandwidth: pl.DataFrame, n: int) -> list[dict[str, Any]]:
     """The `n` memory-bound operators with the most kernel time (`memory_bound_bandwidth`
     sorts them: Metrics.bandwidth.operators), with their achieved bandwidth and share of
-    the peak."""
-    cols = ["rank", "device", "op_name", "ops", "kernel_ns", "gbps", "share_of_peak"]
+    the peak, and where their bytes come from (`source`: "ncu" or "shapes")."""
+    cols = ["rank", "device", "op_name", "ops", "kernel_ns", "gbps", "share_of_peak", "source"]
     return bandwidth.head(n).select(cols).to_dicts()
 
 
@@ -395,8 +459,9 @@ class Bandwidth:
     - `operators`: rank, device, op_name, ops, kernel_ns, bytes, elements (the largest
       tensor's elements: a lower bound on the arithmetic, 0 for copies and fills), gbps,
       peak_gbps,
-      beyond_peak, share_of_peak: per device and operator, longest first
-      (`memory_bound_bandwidth`).
+      beyond_peak, share_of_peak, source ("ncu": Nsight Compute's DRAM bytes for every call;
+      "shapes": estimated from the recorded shapes), estimated_bytes (the shapes' estimate):
+      per device, operator and source, longest first (`memory_bound_bandwidth`).
 
     Its frame is checked against `SCHEMAS` when it is built.
     """
@@ -414,6 +479,8 @@ class Bandwidth:
             "peak_gbps": pl.Float64,
             "beyond_peak": pl.Boolean,
             "share_of_peak": pl.Float64,
+            "source": pl.String,
+            "estimated_bytes": pl.Int64,
         }
     }
 

@@ -167,6 +167,11 @@ def peak_tflops(device_name: str | None) -> dict[str, float] | None:
     return None
 
 
+def _all_or_null(column: str) -> pl.Expr:
+    """The sum of `column` where no row's is null, else null (a figure all rows have)."""
+    return pl.when(pl.col(column).null_count() == 0).then(pl.col(column).sum())
+
+
 def _f(expr: pl.Expr) -> pl.Expr:
     return expr.cast(pl.Float64)
 
@@ -419,12 +424,17 @@ def _conv_ops(events: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def op_flops(timeline: Timeline, kernels: pl.DataFrame) -> pl.DataFrame:
+def op_flops(
+    timeline: Timeline, kernels: pl.DataFrame, measured: pl.DataFrame | None = None
+) -> pl.DataFrame:
     """Per (rank, device, step, op_name, precision, shape) of the operators in FLOP_OPS that
     launched GEMM-class kernels inside the windows: calls, flops, bytes, kernel_ns (their
-    kernels' time inside the windows). No rows without recorded shapes.
+    kernels' time inside the windows), measured_bytes (Nsight Compute's DRAM bytes of their
+    kernels where every call's were measured, else null). No rows without recorded shapes.
 
-    `kernels`: kernels inside the windows with kernel_class, verdict, clipped_ns and step."""
+    `kernels`: kernels inside the windows with kernel_class, verdict, clipped_ns and step;
+    `measured`: rank, device, correlation, dram_bytes (`ncu_join.Matched.measured_bytes`;
+    None without `--ncu`)."""
     # the few operators of these names, once: products and convolutions are read from them
     named = timeline.events.filter(pl.col("name").is_in(FLOP_OPS)).lazy()
     columns = ["rank", "external_id", "op_start", "op_end", "op_name"]
@@ -476,11 +486,18 @@ def op_flops(timeline: Timeline, kernels: pl.DataFrame) -> pl.DataFrame:
                 .select(*columns, "flops", "elems", "shape", "dtype"),
             ]
         )
-    per_call = (
+    gemms = (
         kernels.lazy()
         .filter(pl.col("kernel_class").cast(pl.String) == "gemm")
         .select(*DEVICE_KEY, "correlation", "clipped_ns", "step", tc=pl.col("verdict") == "tc")
-        .join(launch_ops(timeline), on=["rank", "correlation"])
+    )
+    gemms = (
+        gemms.join(measured.lazy(), on=[*DEVICE_KEY, "correlation"], how="left")
+        if measured is not None
+        else gemms.with_columns(dram_bytes=pl.lit(None, pl.Int64))
+    )
+    per_call = (
+        gemms.join(launch_ops(timeline), on=["rank", "correlation"])
         .join(ops, left_on=["rank", "op_link"], right_on=["rank", "external_id"])
         .filter(pl.col("launch_ns").is_between(pl.col("op_start"), pl.col("op_end")))
         .group_by(*DEVICE_KEY, "op_link")
@@ -488,6 +505,9 @@ def op_flops(timeline: Timeline, kernels: pl.DataFrame) -> pl.DataFrame:
             pl.col("step", "op_name", "flops", "elems", "shape", "dtype").first(),
             kernel_ns=pl.col("clipped_ns").sum(),
             tc=pl.col("tc").any(),
+            measured_bytes=pl.when(pl.col("dram_bytes").null_count() == 0).then(
+                pl.col("dram_bytes").sum().cast(pl.Float64)
+            ),
         )
     )
     precision = (
@@ -512,6 +532,7 @@ def op_flops(timeline: Timeline, kernels: pl.DataFrame) -> pl.DataFrame:
             flops=pl.when(pl.col("flops").null_count() == 0).then(pl.col("flops").sum()),
             bytes=pl.when(pl.col("bytes").null_count() == 0).then(pl.col("bytes").sum()),
             kernel_ns=pl.col("kernel_ns").sum(),
+            measured_bytes=_all_or_null("measured_bytes"),
         )
         .sort(*DEVICE_KEY, "step", "op_name", "precision", "shape", nulls_last=True)
         .collect()
@@ -534,7 +555,9 @@ class Flops:
       equal to the model's figures where nothing is recomputed).
     - `roofline`: per (rank, device, op_name, precision, shape): calls, flops, bytes,
       kernel_ns, intensity (FLOPs per byte), achieved_tflops, roof_tflops (min(peak,
-      intensity x peak bandwidth)), share_of_roof; most kernel time first.
+      intensity x peak bandwidth)), share_of_roof, source ("ncu": `bytes` are Nsight
+      Compute's DRAM bytes, every call measured; "shapes": estimated from the shapes) and
+      estimated_bytes (the shapes' estimate); most kernel time first.
     - `unknown`: per (rank, device, op_name): calls and kernel_ns (in the steady steps) of
       the convolutions that launched GEMM-class kernels but whose FLOPs are unknown (the
       trace records no `Concrete Inputs`: their stride, padding, dilation, which gradients
@@ -545,6 +568,25 @@ class Flops:
     roofline: pl.DataFrame
     unknown: pl.DataFrame
 
+
+#: The roofline's columns, in order.
+ROOFLINE_COLUMNS = (
+    "rank",
+    "device",
+    "op_name",
+    "precision",
+    "shape",
+    "calls",
+    "flops",
+    "bytes",
+    "kernel_ns",
+    "intensity",
+    "achieved_tflops",
+    "roof_tflops",
+    "share_of_roof",
+    "source",
+    "estimated_bytes",
+)
 
 #: The keys of `op_flops`' rows, and the columns that add up.
 _OP_KEYS = ["rank", "device", "step", "op_name", "precision", "shape"]
@@ -557,12 +599,20 @@ def less(ops: pl.DataFrame, taken: pl.DataFrame) -> pl.DataFrame:
     once. Rows left with no call are dropped."""
     if taken.height == 0:
         return ops
-    minus = taken.select(*_OP_KEYS, *[pl.col(c).alias(f"_{c}") for c in _OP_SUMS])
+    minus = taken.select(
+        *_OP_KEYS, *[pl.col(c).alias(f"_{c}") for c in _OP_SUMS], _measured="measured_bytes"
+    )
     return (
         ops.join(minus, on=_OP_KEYS, how="left", nulls_equal=True)
         .with_columns((pl.col(c) - pl.col(f"_{c}").fill_null(0)).alias(c) for c in _OP_SUMS)
+        # ncu's bytes less the taken calls' where these were measured too; else unknown
+        .with_columns(
+            measured_bytes=pl.when(pl.col("_calls").is_null())
+            .then("measured_bytes")
+            .otherwise(pl.col("measured_bytes") - pl.col("_measured"))
+        )
         .with_columns(pl.col("calls").cast(pl.Int64), pl.col("kernel_ns").cast(pl.Int64))
-        .drop([f"_{c}" for c in _OP_SUMS])
+        .drop([f"_{c}" for c in _OP_SUMS], "_measured")
         .filter(pl.col("calls") > 0)
     )
 
@@ -672,8 +722,21 @@ def device_flops(
         )
         .sort(DEVICE_KEY)
     )
-    roof = counted.group_by(*DEVICE_KEY, "op_name", "precision", "shape").agg(
-        pl.col("calls", "flops", "bytes", "kernel_ns").sum()
+    roof = (
+        counted.group_by(*DEVICE_KEY, "op_name", "precision", "shape")
+        .agg(
+            pl.col("calls", "flops", "bytes", "kernel_ns").sum(),
+            _ncu=_all_or_null("measured_bytes"),
+        )
+        # ncu's DRAM bytes where every call of the row was measured, else the shapes'
+        .with_columns(
+            source=pl.when(pl.col("_ncu").is_not_null())
+            .then(pl.lit("ncu"))
+            .otherwise(pl.lit("shapes")),
+            estimated_bytes="bytes",
+            bytes=pl.coalesce("_ncu", "bytes"),
+        )
+        .drop("_ncu")
     )
     peak_of = [
         (peaks.get((r, d)) or {}).get(p)
@@ -695,6 +758,7 @@ def device_flops(
         )
         .with_columns(share_of_roof=pl.col("achieved_tflops") / pl.col("roof_tflops"))
         .drop("_peak", "_bw")
+        .select(*ROOFLINE_COLUMNS)
         .sort(
             ["kernel_ns", "rank", "device", "op_name", "shape"],
             descending=[True, False, False, False, False],

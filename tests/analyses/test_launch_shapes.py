@@ -248,3 +248,50 @@ def test_real_trace_shapes_against_a_plain_loop() -> None:
     plain = _plain_shapes(path)
     assert len(got) == len(plain) > 1000
     assert sorted(got) == sorted(plain)
+
+
+def test_nsight_compute_measures_the_underfilled_kernel(tmp_path: Path) -> None:
+    """With `--ncu`, TA025's evidence carries what Nsight Compute measured of the kernel: a
+    one-block kernel's SMs at 1 % of their throughput."""
+    from tests.readers.test_ncu import kernel_row, ncu_csv
+
+    events = [
+        device_properties(),
+        *[
+            e
+            for i in range(3)
+            for e in (
+                step(i + 1, 100 + 2000 * i, 1940),
+                launch(105 + 2000 * i, 2, i + 1),
+                kernel(
+                    120 + 2000 * i,
+                    1900,
+                    "loop_kernel",
+                    corr=i + 1,
+                    grid=[1, 1, 1],
+                    block=[1024, 1, 1],
+                ),
+                _sync(110 + 2000 * i, 1915),
+            )
+        ],
+    ]
+    trace = write_example(events, tmp_path, "t")
+    export = ncu_csv(
+        tmp_path / "k.csv",
+        [
+            kernel_row(
+                "loop_kernel",
+                grid="(1, 1, 1)",
+                block="(1024, 1, 1)",
+                **{
+                    "gpu__time_duration.sum": "1,900,000",
+                    "sm__throughput.avg.pct_of_peak_sustained_elapsed": "0.76",
+                    "sm__warps_active.avg.pct_of_peak_sustained_active": "49.8",
+                },
+            )
+        ],
+    )
+    doc = api.analyze_path(trace, ncu=[export]).report.to_json_dict()
+    (f,) = [f for f in doc["diagnoses"] if f["rule"] == "TA025"]
+    assert f["evidence"]["measured"]["sm_throughput_share"] == pytest.approx(0.0076)
+    assert "Nsight Compute: SM throughput 1%" in f["message"]

@@ -105,7 +105,10 @@ class UnderfilledLaunches(Rule):
     all of them, never less than a kernel's fixed cost (2 us): the model removes the rest, of
     the time it runs alone (analyses/counters/launch_shapes.py), scaled by the share of the
     kernel time that bounds the step (the critical path's `gpu_compute_2x` what-if); at most
-    the underfilled kernels' time per step.
+    the underfilled kernels' time per step. With an Nsight Compute export (`--ncu`) the
+    evidence adds what it measured of the first kernel (`measured`: SM throughput, achieved
+    occupancy, registers): a kernel whose SMs work at a few per cent of their throughput is
+    the GPU left idle, measured.
     """
 
     code = "TA025"
@@ -153,11 +156,17 @@ class UnderfilledLaunches(Rule):
                 continue
             filled = dev["filled_ns"] / dev["shaped_ns"] if dev["shaped_ns"] else None
             first = top[0]
+            measured = ctx.metrics.ncu.measured(rank, m.device, str(first["name"]))
+            ncu_words = ""
+            if measured and measured["sm_throughput_share"] is not None:
+                ncu_words = f"; Nsight Compute: SM throughput {measured['sm_throughput_share']:.0%}"
+                if measured["achieved_occupancy_share"] is not None:
+                    ncu_words += f", achieved occupancy {measured['achieved_occupancy_share']:.0%}"
             yield self.finding(
                 ctx,
                 f"rank {rank} GPU {m.device}: kernels that leave most of the {dev['sms']} SMs "
                 f"idle run {duration(m.underfilled_ns)} per step ({share:.0%} of kernel time); "
-                f"{_shape_words(first, dev['sms'])}"
+                f"{_shape_words(first, dev['sms'])}{ncu_words}"
                 + (f"; {len(top) - 1} more kernels" if len(top) > 1 else "")
                 + f": filling the GPU removes {duration(m.removed_ns)} of GPU time per step",
                 {
@@ -193,6 +202,8 @@ class UnderfilledLaunches(Rule):
                         }
                         for k in top
                     ],
+                    # what Nsight Compute measured of the first kernel (--ncu), else null
+                    "measured": measured,
                     "explains": ["TA004"],
                     "bound_by": "gpu_compute",
                     "cause_words": _cause_words(first, dev["sms"]),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import polars as pl
 
@@ -184,6 +184,28 @@ class NcuJoin:
 
     def __post_init__(self) -> None:
         check_frames(self, "Metrics.ncu", self.SCHEMAS)
+
+    def measured(self, rank: int, device: int, name: str) -> dict[str, Any] | None:
+        """What Nsight Compute measured of one kernel name on one device (its launch shape
+        with the most matched time): grid, block, registers_per_thread,
+        achieved_occupancy_share, warps_active, sm_throughput_share, dram_gbps; None where
+        no export matched it."""
+        rows = self.kernels.filter(
+            (pl.col("rank") == rank) & (pl.col("device") == device) & (pl.col("name") == name)
+        )
+        if not rows.height:
+            return None
+        keys = (
+            "grid",
+            "block",
+            "registers_per_thread",
+            "achieved_occupancy_share",
+            "warps_active",
+            "sm_throughput_share",
+            "dram_gbps",
+        )
+        row = rows.sort("kernel_ns", descending=True).row(0, named=True)
+        return {k: row[k] for k in keys}
 
     @classmethod
     def empty(cls) -> NcuJoin:

@@ -229,3 +229,14 @@ def test_renderers_never_run_the_pipeline() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_rank_order_by_chance() -> None:
+    """TA008's chance of an order: two ranks, 2 of 3 steps: certain; 3 of 3: a quarter."""
+    from traceanalyzer.rules.ta008_rank_imbalance import chance_share
+
+    assert chance_share(2, 3, 2) == 1.0
+    assert chance_share(2, 3, 3) == pytest.approx(0.25)
+    assert chance_share(2, 8, 8) == pytest.approx(2 / 256)
+    assert chance_share(4, 4, 4) == pytest.approx(4 / 256)
+

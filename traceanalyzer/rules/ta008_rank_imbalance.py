@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -66,7 +67,11 @@ class RankImbalance(Rule):
     ## Known false positives
     A trace holding only some ranks of a job (waits are relative to the ranks present), and
     ranks whose collectives do not match one to one (pipeline parallelism, where send/recv
-    pairs wait by design).
+    pairs wait by design). With three steady steps or fewer, which rank is the slowest is
+    weak evidence (two ranks give "slowest in 2 of 3" by chance every time): the finding is
+    an info that says so ("not sure: ... by chance 100% of the time"; `evidence.sure`,
+    `evidence.chance_share`) unless the rank is the slowest in every step by twice the gap
+    threshold.
 
     ## Impact estimate
     What a step would save if the slowest rank were like the median rank, from each rank's
@@ -130,9 +135,22 @@ class RankImbalance(Rule):
         waiting = sum(rows[r]["wait_ns"] for r in others) / len(others)
         exposed = sum(rows[r]["exposed_wait_ns"] for r in others) / len(others)
         steps_n = rows[slow]["steps"]
+        slowest_n = rows[slow]["slowest_steps"]
+        chance = chance_share(len(rows), steps_n, slowest_n)
+        # with few steps, an order a coin would give is no evidence: the rank must be the
+        # slowest in every step, by a wide margin, for more than an info
+        sure = steps_n > FEW_STEPS or (
+            slowest_n == steps_n and b.gap_ns >= SURE_GAP_FACTOR * t.min_gap_share * step
+        )
+        how_sure = (
+            ""
+            if sure
+            else f"not sure: with {steps_n} steps this order comes by chance "
+            f"{chance:.0%} of the time; "
+        )
         yield self.finding(
             ctx,
-            f"rank {slow} is the slowest of {len(rows)} ranks (in {rows[slow]['slowest_steps']} "
+            how_sure + f"rank {slow} is the slowest of {len(rows)} ranks (in {slowest_n} "
             f"of {steps_n} steady steps): {rows[slow]['own_ns'] / 1e6:.2f} ms of its own per "
             f"step against {b.others_own_ns / 1e6:.2f} ms for the median other rank; "
             + _why(b, rows, slow)
@@ -163,12 +181,35 @@ class RankImbalance(Rule):
                 ],
                 "threshold_gap_share": t.min_gap_share,
                 "threshold_slowest_share": t.min_slowest_share,
+                "chance_share": chance,
+                "sure": sure,
             },
             Scope(rank=slow),
             b.impact_ns,
             _advice(b, rows, slow),
+            severity=None if sure else Severity.INFO,
             ceiling_ns=b.gap_ns,
         )
+
+
+#: With this many steady steps or fewer, the slowest rank's order is weak evidence.
+FEW_STEPS = 3
+#: ... and it takes the slowest in every step, by this many times the gap threshold, to be
+#: more than an info.
+SURE_GAP_FACTOR = 2
+
+
+def chance_share(ranks: int, steps: int, slowest: int) -> float:
+    """The chance that some rank is the slowest in `slowest` of `steps` steps or more where
+    every rank is equally likely the slowest in each (a binomial tail, times the ranks,
+    capped at 1): 2 ranks, 2 of 3 steps: 1.0; 3 of 3: 0.25; 8 of 8: 0.008."""
+    if ranks < 2 or steps < 1:
+        return 1.0
+    p = 1 / ranks
+    tail = sum(
+        math.comb(steps, k) * p**k * (1 - p) ** (steps - k) for k in range(slowest, steps + 1)
+    )
+    return min(1.0, ranks * tail)
 
 
 def _ms(ns: float) -> str:

@@ -432,8 +432,13 @@ def _per_name(k: pl.DataFrame, candidates: pl.DataFrame) -> pl.DataFrame:
     by_shape = (
         k.group_by(*key, "name", *_SHAPE)
         .agg(shape_ns=pl.col("clipped_ns").sum(), _under=pl.col("underfilled").any())
-        # an underfilled name's shape is that of its underfilled launches
-        .sort("_under", "shape_ns", descending=True)
+        # an underfilled name's shape is that of its underfilled launches; ties in a fixed
+        # order (the report is diffed)
+        .sort(
+            ["_under", "shape_ns", "blocks", "threads_per_block", "registers", "shared_mem_bytes"],
+            descending=[True, True, False, False, False, False],
+            nulls_last=True,
+        )
         .group_by(*key, "name", maintain_order=True)
         .agg(pl.col(_SHAPE).first(), shapes=pl.len().cast(pl.Int64))
     )
@@ -453,8 +458,8 @@ def _per_name(k: pl.DataFrame, candidates: pl.DataFrame) -> pl.DataFrame:
         underfilled_ns=pl.col("clipped_ns").sum(),
         removed_ns=pl.col("removed_ns").sum(),
     )
-    ranked = totals.with_columns(
-        _rank=pl.col("total_ns").rank("ordinal", descending=True).over(key)
+    ranked = totals.sort(["total_ns", "name"], descending=[True, False]).with_columns(
+        _rank=pl.int_range(1, pl.len() + 1).over(key)
     )
     frame = (
         ranked.join(under, on=[*key, "name"], how="left")

@@ -239,4 +239,3 @@ def test_rank_order_by_chance() -> None:
     assert chance_share(2, 3, 3) == pytest.approx(0.25)
     assert chance_share(2, 8, 8) == pytest.approx(2 / 256)
     assert chance_share(4, 4, 4) == pytest.approx(4 / 256)
-

@@ -1,5 +1,7 @@
 """Run context: what the run already uses (torch.compile, CUDA graphs, DDP, AMP, ...), read
-off the names the trace holds, so that advice never recommends what the run already does.
+off the names the trace holds, so that advice never recommends what the run already does,
+and what program ran (`framework`: PyTorch, TensorRT, XLA or a CUDA program of its own), so
+that advice is written for it: no torch.compile for a program without PyTorch.
 
 `torch_compile` is `"partial"` where compiled regions run but Inductor's kernels are under
 COMPILED_SHARE of the kernels. Each entry is `True`/`False`/a value, or `None` where the trace
@@ -42,6 +44,15 @@ AMD_DEVICE = re.compile(r"AMD|Instinct|Radeon|\bMI\d{2,3}", re.IGNORECASE)
 NVIDIA_DEVICE = re.compile(r"NVIDIA|Tesla|GeForce|Quadro|\b[HABLV]\d{2,3}\b|RTX|GB\d{3}")
 AMD_API = re.compile(r"^hip[A-Z]")
 NVIDIA_API = re.compile(r"^cu(?:da)?[A-Z]")
+#: What program ran (`framework`), by its names: PyTorch's operators, steps and kernels;
+#: TensorRT's engine calls and kernels; XLA's (JAX, TensorFlow) fusions and executables.
+PYTORCH_HOST = re.compile(r"^aten::|^ProfilerStep#|^autograd::|^torch\.|^c10d::|^nccl:")
+PYTORCH_KERNEL = re.compile(r"at::native::|^triton_(?:poi|red|per|tem|for)_|c10::")
+TENSORRT = re.compile(
+    r"TensorRT|ExecutionContext::enqueue|enqueueV\d|^trt_|_trt_|\btrt\b|tensorrt",
+    re.IGNORECASE,
+)
+XLA = re.compile(r"^jit_|XLA|PjRt|^xla::|\bpjit\b|^(?:loop|input|wrapped)_\w*fusion")
 #: GEMM input dtypes (as torch records them) of mixed precision.
 LOW_PRECISION = {"c10::BFloat16": "bfloat16", "c10::Half": "float16"}
 FP8 = ("c10::Float8_e4m3fn", "c10::Float8_e5m2")
@@ -58,6 +69,7 @@ CONTEXT_KEYS = (
     "fused_optimizer",
     "dataloader_workers",
     "vendor",
+    "framework",
     "profiler_overhead",
 )
 
@@ -146,6 +158,7 @@ def decide(found: RunFacts, meta: TraceMeta, metrics: Metrics) -> dict[str, Any]
         "fused_optimizer": True if fused else (False if optimizer else None),
         "dataloader_workers": loader,
         "vendor": _vendor(meta, host, kernels),
+        "framework": _framework(meta, host, kernels),
         "profiler_overhead": {
             "stacks": bool(has["python"]),
             "memory": bool(has["memory"]),
@@ -182,6 +195,23 @@ def _amp_dtype(metrics: Metrics) -> str | bool | None:
         return "float8"
     if top == "float":
         return False
+    return None
+
+
+def _framework(meta: TraceMeta, host: frozenset[str], kernels: frozenset[str]) -> str | None:
+    """ "pytorch", "tensorrt", "xla" (JAX, TensorFlow) or "cuda" (a CUDA or C++ program of
+    its own, under Nsight: none of the others' names), from the host names and kernels; a
+    torch.profiler trace is PyTorch's. None where the trace cannot tell."""
+    if _any(TENSORRT, host) or _any(TENSORRT, kernels):
+        return "tensorrt"
+    if meta.format == "chrome" and (meta.producer or "").startswith("torch"):
+        return "pytorch"
+    if _any(PYTORCH_HOST, host) or _any(PYTORCH_KERNEL, kernels):
+        return "pytorch"
+    if _any(XLA, host) or _any(XLA, kernels):
+        return "xla"
+    if meta.format.startswith("nsys"):
+        return "cuda"
     return None
 
 

@@ -234,6 +234,14 @@ def _same(text: str) -> str:
 _PER_STEP = re.compile(r" per (?:steady )?step\b")
 
 
+#: Advice only a PyTorch program can take (its modules, calls and options).
+PYTORCH_ADVICE = re.compile(
+    r"torch|DataLoader|AdamW|autocast|channels_last|\bF\.\w|\bnn\.|prof\.step|zero_grad|"
+    r"no_sync|\.item\(\)|pin_memory|non_blocking|record_function|optimizer\.|\.to\(|"
+    r"Inductor|GradScaler|set_to_none|checkpoint\("
+)
+
+
 class Rule:
     """A diagnosis rule: subclass it, set the class attributes, write `check`.
 
@@ -262,6 +270,14 @@ class Rule:
     #: The time a finding's price is taken from (`claims` in the JSON): two findings that
     #: claim the same time (the host's idle, the step's critical path) are not to be summed.
     claims: ClassVar[str] = "critical_path"
+
+    #: The advice for a program that is not PyTorch's (TensorRT, XLA, a CUDA program of its
+    #: own: the context's `framework`), where the rule's own advice names PyTorch's tools.
+    advice_neutral: ClassVar[str] = (
+        "Give the GPU fewer, larger launches and keep it fed: fuse small kernels, keep data on "
+        "the device and copies asynchronous (pinned memory, streams), and capture repeated "
+        "launch sequences in CUDA graphs."
+    )
 
     #: Tiny example traces: events (Chrome-trace dicts) the rule fires on / stays quiet on.
     example_bad: ClassVar[list[dict[str, Any]]] = []
@@ -295,6 +311,9 @@ class Rule:
         if impact_ns is not None:
             impact_ns = max(0, impact_ns if cap is None else min(impact_ns, cap))
         share = ctx.share_of_step(scope.rank, impact_ns)
+        advice = advice or self.advice
+        if ctx.run.get("framework") not in (None, "pytorch") and PYTORCH_ADVICE.search(advice):
+            advice = self.advice_neutral  # never torch.compile for a program without PyTorch
         words = _vendor_words if ctx.amd else _same
         if ctx.metrics.basis == "trace":
             # no step markers: the window is the one "step" every figure is counted over
@@ -309,7 +328,7 @@ class Rule:
             scope=scope,
             impact_ns=impact_ns,
             evidence={**evidence, "impact_share_of_step": share},
-            advice=words(advice or self.advice),
+            advice=words(advice),
             claims=self.claims,
         )
 

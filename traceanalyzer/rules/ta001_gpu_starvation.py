@@ -52,6 +52,11 @@ class GpuStarvation(Rule):
     slug = "gpu-starvation"
     title = "GPU starved: idle while waiting for the host"
     category = "gpu_starvation"
+    advice_neutral = (
+        "Keep the GPU fed: overlap the host's work with the GPU's (asynchronous copies from "
+        "pinned memory, work queued ahead on streams), move host-side preprocessing off the "
+        "critical thread, and capture repeated launch sequences in CUDA graphs."
+    )
     claims = "host_wait_idle"
     default_severity = Severity.WARNING
     advice = (

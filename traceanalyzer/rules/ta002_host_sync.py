@@ -50,6 +50,11 @@ class HostSync(Rule):
     slug = "host-sync"
     title = "Host-device sync in the step loop"
     category = "host_sync"
+    advice_neutral = (
+        "Take the host-device synchronisations out of the loop (cudaDeviceSynchronize, "
+        "cudaStreamSynchronize, blocking copies, reading results back each iteration): wait on "
+        "events only where the host needs the result."
+    )
     claims = "sync_idle"
     default_severity = Severity.WARNING
     # a sync every step costs little while the host is slower than the GPU, but it keeps the

@@ -61,6 +61,11 @@ class LaunchOverhead(Rule):
     slug = "launch-overhead"
     title = "Launch-overhead bound: tiny kernels, GPU waits for each launch"
     category = "launch_overhead"
+    advice_neutral = (
+        "Fewer, larger launches: fuse the small kernels, give each more work (batching), and "
+        "capture the repeated launch sequence in a CUDA graph (cudaStreamBeginCapture, "
+        "cudaGraphLaunch)."
+    )
     claims = "launch_idle"
     default_severity = Severity.WARNING
     advice = (

@@ -70,6 +70,10 @@ class MemoryBound(Rule):
     slug = "memory-bound"
     title = "Memory-bandwidth bound: most kernel time in pointwise/normalisation kernels"
     category = "memory_bound"
+    advice_neutral = (
+        "Fuse the memory-bound kernels so that intermediates stay in registers or shared memory, "
+        "and move fewer bytes (fewer passes, lower precision where it is safe)."
+    )
     claims = "memory_bound_kernels"
     default_severity = Severity.WARNING
     advice = (

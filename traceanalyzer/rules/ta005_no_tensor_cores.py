@@ -58,6 +58,11 @@ class NoTensorCores(Rule):
     slug = "no-tensor-cores"
     title = "GEMMs not on Tensor Cores"
     category = "no_tensor_cores"
+    advice_neutral = (
+        "Run the matrix products on Tensor Cores: FP16/BF16 inputs, or TF32 for FP32 (cuBLAS: "
+        "cublasGemmEx / cublasLtMatmul with CUBLAS_COMPUTE_32F_FAST_TF32 or a 16-bit type), "
+        "dimensions multiples of 8."
+    )
     claims = "gemm_kernels"
     default_severity = Severity.WARNING
     advice = (

@@ -86,6 +86,10 @@ class OddShapes(Rule):
     slug = "odd-shapes"
     title = "GEMM dimensions not aligned for Tensor Cores"
     category = "odd_shapes"
+    advice_neutral = (
+        "Pad the matrix dimensions to multiples of 8 (16-bit types) or 16 (8-bit) so that the "
+        "GEMMs run their fast Tensor Core kernels."
+    )
     claims = "gemm_kernels"
     default_severity = Severity.WARNING
     advice = (

@@ -60,6 +60,10 @@ class CommNotOverlapped(Rule):
     slug = "comm-not-overlapped"
     title = "Communication not overlapped with compute"
     category = "comm_not_overlapped"
+    advice_neutral = (
+        "Overlap communication with compute: issue the collectives on a stream of their own while "
+        "independent kernels run, and split them so that the first chunks start early."
+    )
     claims = "exposed_transfers"
     default_severity = Severity.WARNING
     advice = (

@@ -80,6 +80,11 @@ class PageableMemcpy(Rule):
     slug = "pageable-memcpy"
     title = "Copies to or from pageable host memory"
     category = "pageable_memcpy"
+    advice_neutral = (
+        "Copy to and from pinned host memory (cudaMallocHost, or cudaHostRegister on an existing "
+        "buffer) with cudaMemcpyAsync on a stream of its own, so that copies run at the link's "
+        "speed and overlap kernels; better still, keep the data on the GPU."
+    )
     claims = "pageable_copies"
     default_severity = Severity.WARNING
     advice = ADVICE_BY_DIRECTION["HtoD"]

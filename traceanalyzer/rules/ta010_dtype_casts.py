@@ -106,6 +106,10 @@ class DtypeCasts(Rule):
     slug = "dtype-casts"
     title = "Much kernel time in copy and dtype-cast kernels"
     category = "dtype_casts"
+    advice_neutral = (
+        "Convert between precisions less: keep tensors in the precision the kernels use, and fuse "
+        "the conversions into the kernels that produce or consume them."
+    )
     claims = "cast_kernels"
     default_severity = Severity.WARNING
     advice = (

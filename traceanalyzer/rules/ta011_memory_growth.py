@@ -60,6 +60,10 @@ class MemoryGrowth(Rule):
     slug = "memory-growth"
     title = "GPU memory grows step over step"
     category = "memory_growth"
+    advice_neutral = (
+        "Free what each iteration allocates (or reuse buffers allocated once): memory that grows "
+        "every iteration runs out."
+    )
     claims = "none"
     default_severity = Severity.WARNING
     risk = True  # the job runs out of memory: before costs of the same severity

@@ -71,6 +71,11 @@ class TraceQuality(Rule):
     slug = "trace-quality"
     title = "Trace quality limits the analysis"
     category = "trace_quality"
+    advice_neutral = (
+        "Mark each iteration with an NVTX range named step_N (nvtxRangePushA / nvtxRangePop) "
+        "or pass --step-pattern for the ranges the program has, and capture a few iterations "
+        "past start-up (nsys --capture-range=cudaProfilerApi with cudaProfilerStart/Stop)."
+    )
     claims = "none"
     default_severity = Severity.INFO
     advice = (

@@ -115,6 +115,11 @@ class UnderfilledLaunches(Rule):
     slug = "underfilled-launches"
     title = "Kernels launched too small to fill the GPU"
     category = "underfilled_launches"
+    advice_neutral = (
+        "Give each launch more work: launch at least one block per SM (better, several waves) for "
+        "the program's own kernels, batch the work behind library calls, or run independent small "
+        "kernels concurrently on streams."
+    )
     default_severity = Severity.WARNING
     advice = ADVICE_BY_ORIGIN["custom"]
 

@@ -489,6 +489,7 @@ BOUND_BY_CATEGORY: dict[str, str] = {
     "underfilled_launches": "gpu_compute",
     # copies hold the step: neither the host's compute nor the GPU's
     "pageable_memcpy": "copy",
+    "managed_memory": "copy",
 }
 #: Findings that come first in the headline but say nothing of what bounds the job (cast
 #: kernels that take 10-20 % of a GPU-bound step do not

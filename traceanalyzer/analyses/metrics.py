@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from traceanalyzer.analyses.gpu.attention import Attention
     from traceanalyzer.analyses.gpu.bandwidth import Bandwidth
     from traceanalyzer.analyses.gpu.casts import CastSources
-    from traceanalyzer.analyses.gpu.copies import Copies, PageableImpact
+    from traceanalyzer.analyses.gpu.copies import Copies, ManagedImpact, PageableImpact
     from traceanalyzer.analyses.gpu.devices import Devices
     from traceanalyzer.analyses.gpu.flops import Flops
     from traceanalyzer.analyses.gpu.fusion import Fusion, MemoryImpact
@@ -158,10 +158,12 @@ class Metrics:
       rules. `memory_impact_model`: what fusing the memory-bound kernels saves, on the
       device where it saves most (fusion.memory_impact); `sync_model`: per rank, the GPU
       idle of the host syncs (idle.sync_impact);
-      `pageable_model`: per device, what pinning its pageable host-to-device copies saves
-      (copies.pageable_impact); `tensor_core_model`: per device, what moving its GEMMs onto
-      the Tensor Cores saves (gemm_units.tensor_core_impact); `shape_model`: per device,
-      what padding its misaligned matmul shapes saves (shapes.shape_impact);
+      `pageable_model`: per device and direction, what pinning its pageable copies saves
+      (copies.pageable_impact); `managed_model`: per device, what prefetching its managed
+      memory saves (copies.managed_impact); `tensor_core_model`: per device, what moving
+      its GEMMs onto the Tensor Cores saves (gemm_units.tensor_core_impact);
+      `shape_model`: per device, what padding its misaligned matmul shapes saves
+      (shapes.shape_impact);
       `overlap_model`: per device, what overlapping its exposed communication with compute
       saves (collectives.overlap_impact); `cast_model`: what cutting the copy and cast
       kernels saves (kernels.cast_impact); `cast_sources`: where they come from and what
@@ -213,6 +215,7 @@ class Metrics:
     memory_impact_model: MemoryImpact
     sync_model: tuple[SyncImpact, ...]
     pageable_model: tuple[PageableImpact, ...]
+    managed_model: tuple[ManagedImpact, ...]
     tensor_core_model: tuple[TensorCoreImpact, ...]
     shape_model: tuple[ShapeImpact, ...]
     overlap_model: tuple[OverlapImpact, ...]

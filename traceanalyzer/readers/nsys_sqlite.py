@@ -51,6 +51,8 @@ COPY_KIND: dict[int, str] = {
     1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",
     8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "HtoD", 12: "DtoH", 13: "DtoD",
 }  # fmt: skip
+#: The copy kinds of unified-memory migrations (managed pages moved by the driver).
+UNIFIED_COPIES = (11, 12, 13)
 #: CUpti_ActivityMemoryKind -> the label Kineto puts in memcpy/memset names.
 MEMORY_LABEL: dict[int, str] = {
     0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed",
@@ -363,12 +365,24 @@ def _memcpys(con: sqlite3.Connection, pr: sp.Probe) -> pl.DataFrame:
     def mem(c: str) -> pl.Expr:
         return pl.col(c).replace_strict(label, default="Unknown", return_dtype=_S)
 
+    # nsys's unified-memory migrations (copy kinds 11-13) move managed pages on demand (a
+    # page fault) or by prefetch; their memory kinds read "unknown": both sides are managed
+    unified = pl.col("_copy").is_in(list(UNIFIED_COPIES))
+    managed = pl.lit("managed", _S)
     return raw.with_columns(
         kind=pl.lit("memcpy", KIND),
-        name=pl.format("Memcpy {} ({} -> {})", kind.fill_null("Unknown"), mem("_src"), mem("_dst")),
+        name=pl.when(unified)
+        .then(pl.format("Memcpy Unified {} (Managed -> Managed)", kind.fill_null("Unknown")))
+        .otherwise(
+            pl.format("Memcpy {} ({} -> {})", kind.fill_null("Unknown"), mem("_src"), mem("_dst"))
+        ),
         copy_kind=kind,
-        src_memory=pl.col("_src").replace_strict(MEMORY_KIND, default=None, return_dtype=_S),
-        dst_memory=pl.col("_dst").replace_strict(MEMORY_KIND, default=None, return_dtype=_S),
+        src_memory=pl.when(unified)
+        .then(managed)
+        .otherwise(pl.col("_src").replace_strict(MEMORY_KIND, default=None, return_dtype=_S)),
+        dst_memory=pl.when(unified)
+        .then(managed)
+        .otherwise(pl.col("_dst").replace_strict(MEMORY_KIND, default=None, return_dtype=_S)),
     )
 
 

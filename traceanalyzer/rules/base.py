@@ -43,6 +43,7 @@ CATEGORIES = (
     "graph_breaks",
     "ddp_no_sync",
     "underfilled_launches",
+    "managed_memory",
 )
 #: A fix that saves at least this share of step time is critical / a warning; less is info.
 CRITICAL_SHARE = 0.30

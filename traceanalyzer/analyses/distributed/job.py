@@ -253,6 +253,9 @@ def _merge(
         pageable_model=copies.pageable_impact(
             copied, counts, {(d.rank, d.device): d.name for d in infos if d.name}
         ),
+        managed_model=copies.managed_impact(
+            copied, counts, {(d.rank, d.device): d.name for d in infos if d.name}
+        ),
         tensor_core_model=gemm_units.tensor_core_impact(dev, paths.steps, savings, counts),
         shape_model=shapes.shape_impact(matmuls, dev, infos, counts),
         overlap_model=collectives.overlap_impact(dev, per_device_comm, split, savings, counts),

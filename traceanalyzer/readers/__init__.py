@@ -28,6 +28,13 @@ def detect(path: Path) -> Reader:
         raise TraceFormatError("no such file or folder", path=path, hint="check the path")
     if path.is_dir():
         return READERS["chrome"]
+    if not path.is_file():
+        # a device (/dev/zero), a pipe or a socket: no size to read a trace by, and maybe no end
+        raise TraceFormatError(
+            "not a regular file (a device, pipe or socket)",
+            path=path,
+            hint="point at the trace file itself (a .json, .json.gz or .sqlite file)",
+        )
     if path.stat().st_size == 0:
         raise TraceFormatError(
             "the file is empty", path=path, hint="the profiler may have crashed before writing"
@@ -183,6 +190,15 @@ def _not_a_trace(path: Path) -> None:
     """Files people hand over for a trace that are not one, each named with what to record
     or convert instead."""
     head = head_bytes(path, 256).lstrip(WHITESPACE)
+    if head.startswith(b"[[[["):
+        # Kineto's array form is a list of event objects; arrays nested in arrays hold none
+        depth = len(head) - len(head.lstrip(b"["))
+        raise UnsupportedTraceError(
+            f"not a trace: a JSON array of arrays ({depth} or more levels deep), not of events",
+            path=path,
+            hint="a Chrome trace is an object with traceEvents, or an array of event objects "
+            '({"ph": ..., "ts": ...})',
+        )
     if _MEMORY_TIMELINE.match(head):
         raise UnsupportedTraceError(
             "not a trace: this is torch.profiler's export_memory_timeline output (memory by "

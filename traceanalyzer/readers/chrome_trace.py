@@ -668,10 +668,12 @@ def _raise_no_events(path: Path, buf: bytes, eof: bool) -> None:
 def _rank_of(path: Path, header: dict[str, Any]) -> tuple[int, str]:
     """The rank from `distributedInfo.rank`, else from the file name, else 0."""
     info = header.get("distributedInfo")
-    if isinstance(info, dict) and isinstance(info.get("rank"), int):
-        return int(info["rank"]), "distributedInfo"
+    rank = info.get("rank") if isinstance(info, dict) else None
+    # a rank is a small non-negative integer (the timeline's Int32); anything else is unknown
+    if isinstance(rank, int) and not isinstance(rank, bool) and 0 <= rank < 2**31:
+        return rank, "distributedInfo"
     match = _RANK_IN_NAME.search(path.name)
-    if match:
+    if match and int(match.group(1)) < 2**31:
         return int(match.group(1)), "file name"
     return 0, "default"
 
@@ -713,10 +715,40 @@ def _contiguous(part: Parsed) -> pl.DataFrame:
 _RECHUNK_THREADS = 4
 
 
+#: A name longer than this is cut to it (bytes): the longest kernel names (templates with
+#: lambdas) run to a few KiB; a name of megabytes is data (a tensor printed into a range's
+#: name), and every analysis that reads names would read it again.
+MAX_NAME_BYTES = 16 << 10
+
+
+def cut_long_names(events: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """`events` with each name longer than MAX_NAME_BYTES cut to it (and "…"), and how many
+    distinct names were cut. The lengths are read off the names' categories, once: a trace
+    whose names are all short pays for one pass over its distinct names."""
+    names = events["name"].unique()
+    long = names.filter(names.cat.len_bytes() > MAX_NAME_BYTES)
+    if long.len() == 0:
+        return events, 0
+    text = pl.col("name").cast(pl.String)
+    cut = (
+        pl.when(pl.col("name").is_in(long.implode()))
+        .then(text.str.slice(0, MAX_NAME_BYTES) + "…")
+        .otherwise(text)
+        .cast(pl.Categorical)
+    )
+    return events.with_columns(name=cut), long.len()
+
+
 def _to_timeline(part: Parsed, rank: int, rank_source: str, source_path: str) -> Timeline:
     events = with_copy_kinds(_contiguous(part).with_columns(rank=pl.lit(rank, pl.Int32)))
     events = events.with_columns(domain=pl.lit(None, pl.Categorical))
     events = events.select(EVENT_SCHEMA.names()).cast(dict(EVENT_SCHEMA))  # type: ignore[arg-type]
+    events, cut = cut_long_names(events)
+    if cut:
+        part.notes.append(
+            f"{cut} event name(s) longer than {MAX_NAME_BYTES // 1024} KiB cut to that length "
+            "(a name that long is data written into the trace, not a name)"
+        )
     unplaced = pl.col("kind").is_in([k.value for k in GPU_KINDS]) & (
         pl.col("device").is_null() | pl.col("stream").is_null()
     )

@@ -17,7 +17,7 @@ import polars as pl
 
 from traceanalyzer.analyses import context
 from traceanalyzer.analyses.causes import impact as causes_impact
-from traceanalyzer.analyses.counters import launch_shapes, ncu_results
+from traceanalyzer.analyses.counters import gpu_metrics, launch_shapes, ncu_results
 from traceanalyzer.analyses.critical_path import critical_path
 from traceanalyzer.analyses.distributed import collectives, imbalance, overlap
 from traceanalyzer.analyses.distributed.rank import Flagged, Options, RankPart
@@ -280,6 +280,9 @@ def _merge(
         launch_shapes=shaped,
         underfill_model=launch_shapes.underfill_impact(shaped.per_device, savings, counts),
         ncu=_ncu(parts) if opts.ncu else ncu_results.NcuJoin.empty(),
+        gpu_metrics=gpu_metrics.GpuMetrics(
+            **{k: _concat(parts, f"gpu_metrics.{k}") for k in gpu_metrics.GpuMetrics.SCHEMAS}
+        ),
     )
 
 

@@ -541,6 +541,9 @@ BOUND_BY_CATEGORY: dict[str, str] = {
     # copies hold the step: neither the host's compute nor the GPU's
     "pageable_memcpy": "copy",
     "managed_memory": "copy",
+    # compute slowed by a clock below its maximum (a warning only where no heavy GEMM load
+    # explains it: power capping of dense GEMMs is an info)
+    "clock_throttling": "gpu_compute",
 }
 #: Findings that come first in the headline but say nothing of what bounds the job (cast
 #: kernels that take 10-20 % of a GPU-bound step do not

@@ -30,7 +30,7 @@ from traceanalyzer.analyses.timeline.frames import SchemaDriftError, check_schem
 
 if TYPE_CHECKING:
     from traceanalyzer.analyses.causes.impact import CauseImpact, Causes
-    from traceanalyzer.analyses.counters.gpu_metrics import GpuMetrics
+    from traceanalyzer.analyses.counters.gpu_metrics import ClockImpact, GpuMetrics
     from traceanalyzer.analyses.counters.launch_shapes import LaunchShapes, UnderfillImpact
     from traceanalyzer.analyses.counters.ncu_results import NcuJoin
     from traceanalyzer.analyses.critical_path.critical_path import CriticalPath
@@ -192,7 +192,9 @@ class Metrics:
     - `gpu_metrics`: Nsight's sampled GPU metrics (SMs Active, Tensor Active, DRAM, clock,
       ...) per device over the steady window and per steady step, over the samples inside
       the memory-bound and GEMM kernels, and in bins for the figure
-      (analyses/counters/gpu_metrics.py: gpu_metrics.GpuMetrics; empty without metrics).
+      (analyses/counters/gpu_metrics.py: gpu_metrics.GpuMetrics; empty without metrics);
+      `clock_model`: per device with GPU metrics, what its clock held below the maximum
+      while busy costs (gpu_metrics.clock_impact).
     """
 
     basis: str
@@ -236,3 +238,4 @@ class Metrics:
     underfill_model: tuple[UnderfillImpact, ...]
     ncu: NcuJoin
     gpu_metrics: GpuMetrics
+    clock_model: tuple[ClockImpact, ...]

@@ -37,7 +37,7 @@ import polars as pl
 
 from traceanalyzer.analyses.gpu.devices import busy_in_spans
 from traceanalyzer.analyses.timeline.frames import Schemas, check_frames
-from traceanalyzer.analyses.timeline.windows import DEVICE_KEY
+from traceanalyzer.analyses.timeline.windows import DEVICE_KEY, StepCounts
 from traceanalyzer.model import GPU_METRIC_SHARES, DeviceInfo
 
 #: A sample is busy when GPU work covers at least this share of its period (and inside a
@@ -53,6 +53,9 @@ CLASS_GROUPS: dict[str, tuple[str, ...]] = {
 }
 #: The figures: the clock (Hz) and every share a sample may carry.
 FIGURES: tuple[str, ...] = ("gpc_clock_hz", *GPU_METRIC_SHARES)
+#: The kernel classes the SM clock does not speed up: memory-bound kernels wait for DRAM,
+#: copies for their link, collectives for their peers.
+NOT_CLOCK_BOUND: tuple[str, ...] = ("memory_bound", "copy_cast", "comm")
 
 _I64, _F64, _S = pl.Int64, pl.Float64, pl.String
 _KEY = {"rank": pl.Int32, "device": pl.Int32}
@@ -69,10 +72,13 @@ class GpuMetrics:
 
     - `devices`: one row per (rank, device) with samples: its window (start_ns, end_ns), the
       sampling period (median, period_ns), the samples in the window and the busy ones, the
-      clock's maximum and where it comes from (max_clock_source: `target_info` or
-      `max_sample`), the lowest busy clock, then each figure's mean over the window's samples
-      (`<figure>`) and over its busy samples (`busy_<figure>`), and busy_clock_share.
-    - `steps`: the same per steady step (rank, device, step, name, start_ns, end_ns).
+      kernel time in the window and the part of it in kernels the SM clock speeds up
+      (clock_bound_ns: every class but NOT_CLOCK_BOUND), the clock's maximum and where it
+      comes from (max_clock_source: `target_info` or `max_sample`), the lowest busy clock
+      and busy_clock_share, then each figure's mean over the window's samples (`<figure>`)
+      and over its busy samples (`busy_<figure>`).
+    - `steps`: the same per steady step (rank, device, step, name, start_ns, end_ns), without
+      the kernel times.
     - `classes`: per (rank, device, kernel_class) in CLASS_GROUPS, the window's samples inside
       that class's kernels and each figure's mean over them (the measured DRAM bandwidth of
       the memory-bound kernels, the tensor pipes of the GEMMs).
@@ -89,6 +95,8 @@ class GpuMetrics:
             **_SPAN,
             "period_ns": _I64,
             **_COUNTS,
+            "kernel_ns": _I64,
+            "clock_bound_ns": _I64,
             "max_clock_source": _S,
             **_CLOCK,
             **_MEANS,
@@ -183,10 +191,23 @@ def gpu_metric_frames(
         .group_by(DEVICE_KEY)
         .agg(period_ns=(pl.col("end_ns") - pl.col("start_ns")).median().round().cast(_I64))
     )
+    kernel_time = (
+        kernels.lazy()
+        .group_by(DEVICE_KEY)
+        .agg(
+            kernel_ns=pl.col("clipped_ns").sum().cast(_I64),
+            clock_bound_ns=pl.col("clipped_ns")
+            .filter(~pl.col("kernel_class").cast(_S).is_in(NOT_CLOCK_BOUND))
+            .sum()
+            .cast(_I64),
+        )
+    )
     frames = pl.collect_all(
         [
             devices.join(wins.lazy(), on=DEVICE_KEY)
             .join(periods, on=DEVICE_KEY)
+            .join(kernel_time, on=DEVICE_KEY, how="left")
+            .with_columns(pl.col("kernel_ns", "clock_bound_ns").fill_null(0))
             .select(GpuMetrics.SCHEMAS["devices"].keys())
             .sort(DEVICE_KEY),
             by_step.select(GpuMetrics.SCHEMAS["steps"].keys()).sort([*DEVICE_KEY, "start_ns"]),
@@ -331,3 +352,75 @@ def _series(
         .select(GpuMetrics.SCHEMAS["series"].keys())
         .sort([*DEVICE_KEY, "start_ns"])
     )
+
+
+@dataclass(frozen=True, slots=True)
+class ClockImpact:
+    """What a device's clock held below its maximum while busy costs per steady step
+    (`clock_impact`; Metrics.clock_model), with the figures TA026 words it by.
+
+    The model: a kernel the SM clock bounds takes time inversely to the clock, so at the
+    maximum clock its time would shrink by `1 - clock_share`; memory-bound, copy and
+    communication kernels (NOT_CLOCK_BOUND) do not speed up. `impact_ns` = busy time per step
+    x (1 - busy_clock_share) x the clock-bound share of the kernel time; `ceiling_ns` the
+    same with every busy nanosecond sped up (never above the busy time). None where the
+    clock or its maximum is unknown."""
+
+    rank: int
+    device: int
+    busy_samples: int
+    sampled_busy_ns: int
+    busy_ns: int
+    clock_hz: float | None
+    min_clock_hz: int | None
+    max_clock_hz: int | None
+    max_clock_source: str | None
+    clock_share: float | None
+    sm_active_share: float | None
+    sm_issue_share: float | None
+    tensor_active_share: float | None
+    clock_bound_share: float | None
+    steps: int
+    impact_ns: int | None
+    ceiling_ns: int | None
+
+
+def clock_impact(
+    metrics: GpuMetrics, devices: pl.DataFrame, counts: StepCounts
+) -> tuple[ClockImpact, ...]:
+    """The ClockImpact of every device with GPU metrics, by rank and device.
+
+    `metrics`: the job's GpuMetrics; `devices`: Metrics.devices.summary (each device's busy
+    time in its window); `counts`: the steady steps each window holds."""
+    busy = {(r, d): b for r, d, b in devices.select(*DEVICE_KEY, "busy_ns").iter_rows()}
+    out = []
+    for row in metrics.devices.iter_rows(named=True):
+        key = (row["rank"], row["device"])
+        share = row["busy_clock_share"]
+        bound = row["clock_bound_ns"] / row["kernel_ns"] if row["kernel_ns"] else None
+        busy_ns = int(busy.get(key, 0))
+        slow = None if share is None else max(0.0, 1.0 - share)
+        out.append(
+            ClockImpact(
+                rank=key[0],
+                device=key[1],
+                busy_samples=row["busy_samples"],
+                sampled_busy_ns=row["busy_samples"] * row["period_ns"],
+                busy_ns=busy_ns,
+                clock_hz=row["busy_gpc_clock_hz"],
+                min_clock_hz=row["busy_min_gpc_clock_hz"],
+                max_clock_hz=row["max_clock_hz"],
+                max_clock_source=row["max_clock_source"],
+                clock_share=share,
+                sm_active_share=row["busy_sm_active_share"],
+                sm_issue_share=row["busy_sm_issue_share"],
+                tensor_active_share=row["busy_tensor_active_share"],
+                clock_bound_share=bound,
+                steps=counts.on(*key),
+                impact_ns=None
+                if slow is None or bound is None
+                else counts.per_step(round(busy_ns * slow * bound), *key),
+                ceiling_ns=None if slow is None else counts.per_step(round(busy_ns * slow), *key),
+            )
+        )
+    return tuple(out)

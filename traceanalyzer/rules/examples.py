@@ -298,8 +298,10 @@ def _write_nsys(events: list[Event], path: Path) -> Path:
         if cat == "kernel":
             devices.add(a["device"])
             name = sid(ev["name"])
+            # a launch that fills the GPU unless the example says otherwise
+            grid, block = a.get("grid", [528, 1, 1]), a.get("block", [256, 1, 1])
             kernels.append((start, end, a["device"], 1, a["stream"], a.get("correlation"), pid,
-                            name, name, 32, 1, 1, 1, 128, 1, 1, 0, 0))  # fmt: skip
+                            name, name, 32, *grid, *block, 0, 0))  # fmt: skip
         elif cat == "cuda_runtime":
             calls.append((start, end, 1, pid + ev["tid"], a["correlation"], sid(ev["name"]), 0))
         elif cat == "user_annotation":

@@ -45,11 +45,14 @@ from traceanalyzer.model import GPU_METRIC_SHARES, DeviceInfo
 BUSY_SAMPLE_MIN_SHARE = 0.9
 #: The figure's bins per device window, at most (a bin is never shorter than a sample).
 FIGURE_BINS = 600
-#: The kernel classes whose samples are measured apart: the memory-bound kernels (with the
-#: copy/cast ones) and the GEMM-class kernels.
-CLASS_GROUPS: dict[str, tuple[str, ...]] = {
-    "memory_bound": ("memory_bound", "copy_cast"),
-    "gemm": ("gemm",),
+#: The kernels whose samples are measured apart: group -> (kernel classes, Tensor Core
+#: verdict or None for any): the memory-bound kernels (with the copy/cast ones), the
+#: GEMM-class kernels, and the GEMM-class kernels the Tensor Core analysis judged off the
+#: Tensor Cores (gpu/tensor_cores.py: verdict "no").
+CLASS_GROUPS: dict[str, tuple[tuple[str, ...], str | None]] = {
+    "memory_bound": (("memory_bound", "copy_cast"), None),
+    "gemm": (("gemm",), None),
+    "gemm_off_tensor_cores": (("gemm",), "no"),
 }
 #: The figures: the clock (Hz) and every share a sample may carry.
 FIGURES: tuple[str, ...] = ("gpc_clock_hz", *GPU_METRIC_SHARES)
@@ -79,9 +82,10 @@ class GpuMetrics:
       and over its busy samples (`busy_<figure>`).
     - `steps`: the same per steady step (rank, device, step, name, start_ns, end_ns), without
       the kernel times.
-    - `classes`: per (rank, device, kernel_class) in CLASS_GROUPS, the window's samples inside
-      that class's kernels and each figure's mean over them (the measured DRAM bandwidth of
-      the memory-bound kernels, the tensor pipes of the GEMMs).
+    - `classes`: per (rank, device, kernel_class) of CLASS_GROUPS (a group's name), the
+      window's samples inside that group's kernels and each figure's mean over them (the
+      measured DRAM bandwidth of the memory-bound kernels, the tensor pipes of the GEMMs and
+      of the GEMMs judged off the Tensor Cores).
     - `series`: each device's window in at most FIGURE_BINS bins: start_ns, end_ns, the
       timeline's busy share of the bin and each figure's mean over the samples that start in
       it, clock_share (the bin's clock over the maximum): the figure's data.
@@ -133,6 +137,25 @@ class GpuMetrics:
         """The `devices` row of (rank, device), or None where it has no samples."""
         rows = self.devices.filter((pl.col("rank") == rank) & (pl.col("device") == device))
         return rows.row(0, named=True) if rows.height else None
+
+    def dram(self, rank: int, device: int) -> dict[str, Any] | None:
+        """The device's measured DRAM: `read_share`, `write_share` of the peak bandwidth, the
+        `samples` they are the mean of and `where`: over the samples inside its memory-bound
+        kernels ("inside the memory-bound kernels"), else over its busy samples ("while
+        busy"); None without both figures (the report's verdict reads the same:
+        report.measured_dram)."""
+        inside, row = self.of_class(rank, device, "memory_bound"), self.device(rank, device)
+        for figures, prefix, count, where in (
+            (inside, "", "samples", "inside the memory-bound kernels"),
+            (row, "busy_", "busy_samples", "while busy"),
+        ):
+            if not figures or not figures[count]:
+                continue
+            read, write = figures[f"{prefix}dram_read_share"], figures[f"{prefix}dram_write_share"]
+            if read is not None and write is not None:
+                return {"read_share": read, "write_share": write, "samples": figures[count],
+                        "where": where}  # fmt: skip
+        return None
 
     def of_class(self, rank: int, device: int, kernel_class: str) -> dict[str, Any] | None:
         """The `classes` row of (rank, device, kernel_class), or None where no sample of the
@@ -226,8 +249,10 @@ def _coverage(samples: pl.LazyFrame, work: pl.LazyFrame, kernels: pl.DataFrame) 
     `in_<group>` for each class group of CLASS_GROUPS (that group's kernels do)."""
     covers = pl.col("busy_ns") >= BUSY_SAMPLE_MIN_SHARE * (pl.col("end_ns") - pl.col("start_ns"))
     out = busy_in_spans(work, samples).with_columns(busy=covers).drop("busy_ns")
-    for group, classes in CLASS_GROUPS.items():
+    for group, (classes, verdict) in CLASS_GROUPS.items():
         mine = kernels.lazy().filter(pl.col("kernel_class").cast(_S).is_in(classes))
+        if verdict is not None:
+            mine = mine.filter(pl.col("verdict").cast(_S) == verdict)
         out = (
             busy_in_spans(mine.select(*DEVICE_KEY, "start_ns", "end_ns"), out)
             .with_columns(covers.alias(f"in_{group}"))

@@ -99,6 +99,29 @@ def test_no_names_no_figures(tmp_path: Path) -> None:
     assert [n for n in tl.meta.quality.notes if "no TARGET_INFO_GPU_METRICS" in n]
 
 
+def test_an_unknown_layout_is_noted_not_refused(tmp_path: Path) -> None:
+    """A names table without typeId (a layout the reader does not know): the trace is read,
+    its metrics are not, and a note says why."""
+    path = nsys_db_from_sql(
+        "gpu_metrics",
+        tmp_path,
+        "DROP TABLE TARGET_INFO_GPU_METRICS",
+        "CREATE TABLE TARGET_INFO_GPU_METRICS (metricId INTEGER, metricName TEXT)",
+    )
+    tl = READER.read(path)
+    assert tl.gpu_metrics.height == 0 and tl.events.height > 0
+    (note,) = [n for n in tl.meta.quality.notes if "GPU metrics" in n]
+    assert "TARGET_INFO_GPU_METRICS.typeId" in note
+
+
+def test_real_values_are_read(tmp_path: Path) -> None:
+    path = nsys_db_from_sql(
+        "gpu_metrics", tmp_path, "UPDATE GPU_METRICS SET value = value + 0.4 WHERE metricId = 1"
+    )
+    d0 = _samples(READER.read(path).gpu_metrics, 0)
+    assert [s["sm_active_share"] for s in d0] == [0.0, 0.9, 0.95, None]
+
+
 @pytest.mark.parametrize(
     ("name", "column"),
     [

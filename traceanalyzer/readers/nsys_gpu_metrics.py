@@ -78,6 +78,12 @@ NEEDED_WORDS = {
     "dram_read_share": "DRAM Read Bandwidth",
     "dram_write_share": "DRAM Write Bandwidth",
 }
+#: The columns read, per table (nsys 2023.4 on; the oldest exports keep GPU metrics in
+#: GENERIC_EVENTS only, which is not read).
+NEEDED_COLUMNS: dict[str, tuple[str, ...]] = {
+    SAMPLES: ("typeId", "timestamp", "metricId", "value"),
+    NAMES: ("typeId", "metricId", "metricName"),
+}
 #: A clock reading below this is in MHz (the name's unit), not Hz.
 MHZ_BELOW = 100_000
 #: A gap between samples longer than this many sampling periods is a hole: the sample
@@ -105,10 +111,16 @@ def read_gpu_metrics(
     empty = pl.DataFrame(schema=GPU_METRIC_SCHEMA)
     if not pr.has(SAMPLES) or not devices:
         return empty, []
-    if not pr.has(NAMES, "metricName"):
+    if not pr.has(NAMES):
         return empty, [
             f"GPU metrics: the export has {SAMPLES} but no {NAMES} naming the counters; "
             "no GPU-metric figure is shown"
+        ]
+    lacking = [f"{t}.{c}" for t, cols in NEEDED_COLUMNS.items() for c in cols if not pr.has(t, c)]
+    if lacking:
+        return empty, [
+            f"GPU metrics: the export's tables lack {', '.join(lacking)} (an Nsight layout this "
+            "reader does not know); no GPU-metric figure is shown"
         ]
     names = _names(con)
     wanted = names.filter(pl.col("column").is_not_null())
@@ -142,9 +154,10 @@ def _rows(con: sqlite3.Connection, metric_ids: list[int]) -> pl.DataFrame:
     each rowid range as one CSV blob (integers only), polars parses it."""
     ids = ",".join(str(int(i)) for i in metric_ids)
     sql = (
-        "SELECT CAST(group_concat(printf('%d,%d,%d,%d', typeId, timestamp, metricId, value), "
-        f"char(10)) AS BLOB) FROM {SAMPLES} WHERE rowid >= ? AND rowid < ? "
-        f"AND metricId IN ({ids}) AND typeof(value) = 'integer'"
+        "SELECT CAST(group_concat(printf('%d,%d,%d,%d', typeId, timestamp, metricId, "
+        f"round(value)), char(10)) AS BLOB) FROM {SAMPLES} WHERE rowid >= ? AND rowid < ? "
+        f"AND metricId IN ({ids}) AND typeof(value) IN ('integer', 'real') "
+        "AND typeof(timestamp) = 'integer'"
     )
     lo, hi = con.execute(f"SELECT min(rowid), max(rowid) FROM {SAMPLES}").fetchone()
     parts = []

@@ -667,6 +667,17 @@ def _busy_words(devices: Sequence[Mapping[str, Any]], busy: float) -> str:
     )
 
 
+def _clock_words(findings: Sequence[Finding]) -> str:
+    """ ", GPC clock 1350 of 1980 MHz while busy: the power limit of a dense GEMM load
+    (TA026, info)": the clock held below its maximum (TA026's lowest), with its likely
+    reason and the finding's severity; "" where no device's clock was."""
+    clocks = [f for f in findings if f.rule == "TA026" and f.evidence.get("clock_words")]
+    if not clocks:
+        return ""
+    low = min(clocks, key=lambda f: f.evidence["clock_share"])
+    return f", {low.evidence['clock_words']} ({low.rule}, {low.severity.value})"
+
+
 def _work_words(devices: Sequence[Mapping[str, Any]]) -> str:
     """What of a busy GPU works: the SMs active measured by its GPU metrics (`_sm_words`),
     the SMs its kernels' launch shapes fill (`_fill_words`) in parentheses beside them; the
@@ -806,7 +817,7 @@ def verdict(
         kinds = "" if cause is not None and cause.rule == "TA018" else _kinds_words(findings)
         facts.append(_step_words(paths, step) + kinds)
     if busy is not None:
-        facts.append(_busy_words(devices, busy))
+        facts.append(_busy_words(devices, busy) + _clock_words(findings))
     saving = top.impact_ns if top is not None else None
     if top is not None:
         fix = f"fixing {top.rule} ({top.title})"

@@ -126,7 +126,12 @@ def test_gemm_loop_tensor_cores_and_a_power_capped_clock() -> None:
     clock = [f for f in done.report.findings if f.rule == "TA026"]
     assert len(clock) == 1 and clock[0].severity.value == "info"  # the power limit, by design
     assert "heavy Tensor Core load" in clock[0].message
-    assert done.report.verdict["bound_by"] == "gpu_compute"  # type: ignore[index]
+    verdict = done.report.verdict
+    assert verdict is not None and verdict["bound_by"] == "gpu_compute"
+    assert (
+        "GPU busy 100%, GPC clock 1350 of 1980 MHz while busy: the power limit of a dense "
+        "GEMM load (TA026, info)" in verdict["headline"]
+    )
     assert not [f for f in done.report.findings if f.rule in ("TA004", "TA005")]
 
 

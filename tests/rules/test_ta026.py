@@ -52,14 +52,20 @@ def test_power_capping_of_a_dense_gemm_load_is_info(tmp_path: Path) -> None:
     assert "power limit" in f.message and "nvidia-smi -q -d PERFORMANCE" in f.message
     assert f.advice.startswith("Nothing to fix")
     assert done.report.verdict["bound_by"] == "gpu_compute"
-    assert "TA026" not in done.report.verdict["headline"]  # an info leads nothing
+    headline = done.report.verdict["headline"]
+    assert "fixing TA026" not in headline  # an info leads nothing, but the clock is said
+    assert "the power limit of a dense GEMM load (TA026, info)" in headline
 
 
 def test_few_sms_at_work_is_no_power_limit(tmp_path: Path) -> None:
-    (f,), _ = _run(tmp_path, _loop(1200, [("one_block_kernel", 1990)], sm_active=1))
+    (f,), done = _run(tmp_path, _loop(1200, [("one_block_kernel", 1990)], sm_active=1))
     assert "1% of the SMs active this is no power limit" in f.message
     assert "clocks locked below the maximum" in f.message
     assert f.severity is Severity.CRITICAL  # 39 % of the step at 1200 of 1980 MHz
+    assert (
+        "GPC clock 1200 of 1980 MHz while busy: a thermal limit or clocks locked low "
+        "(TA026, critical)" in done.report.verdict["headline"]
+    )
 
 
 def test_price_against_the_model(tmp_path: Path) -> None:

@@ -137,6 +137,9 @@ class ClockBelowMax(Rule):
                     "clock_bound_share": c.clock_bound_share,
                     "heavy_tensor_load": heavy,
                     "measured": "gpu_metrics",
+                    # the verdict's words (report.verdict)
+                    "clock_words": f"GPC clock {clock / 1e6:.0f} of {top / 1e6:.0f} MHz while "
+                    f"busy: {_short_reason(c, heavy)}",
                     "threshold_deficit_share": t.min_clock_deficit_share,
                 },
                 Scope(c.rank, c.device),
@@ -161,6 +164,15 @@ def _reason(c: ClockImpact, heavy: bool) -> str:
             "or clocks locked below the maximum (application clocks, `nvidia-smi -lgc`)"
         )
     return "likely a power or thermal limit under load"
+
+
+def _short_reason(c: ClockImpact, heavy: bool) -> str:
+    """The likely reason in a few words, for the verdict."""
+    if heavy:
+        return "the power limit of a dense GEMM load"
+    if c.sm_active_share is not None and c.sm_active_share < 0.5:
+        return "a thermal limit or clocks locked low"
+    return "a power or thermal limit"
 
 
 def _advice(c: ClockImpact, heavy: bool) -> str:

@@ -5,21 +5,28 @@ The event builders live in the package (rules carry example traces built with th
 
 from __future__ import annotations
 
+import dataclasses
 import gzip as gz
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
+from traceanalyzer.model import GPU_METRIC_SCHEMA, Timeline
 from traceanalyzer.rules.examples import cpu_op, gpu_op, kernel, launch, py_frame, step
 
 __all__ = [
     "cpu_op",
+    "gpu_metric_rows",
     "gpu_op",
     "kernel",
     "kineto_bytes",
     "launch",
     "py_frame",
     "step",
+    "with_gpu_metrics",
     "write_trace",
 ]
 
@@ -76,3 +83,32 @@ def write_trace(
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(gz.compress(data) if gzip else data)
     return path
+
+
+def gpu_metric_rows(
+    first_ns: int,
+    last_ns: int,
+    *,
+    period_ns: int = 100_000,
+    rank: int = 0,
+    device: int = 0,
+    **values: float | int | Callable[[int], float | int | None] | None,
+) -> list[dict[str, Any]]:
+    """GPU-metric samples (Timeline.gpu_metrics rows) every `period_ns` from `first_ns` to
+    `last_ns`: `values` gives each column's reading (a number, or a function of the sample's
+    start); the columns not given are unknown (None)."""
+    rows = []
+    for start in range(first_ns, last_ns, period_ns):
+        row: dict[str, Any] = {c: None for c in GPU_METRIC_SCHEMA.names()}
+        row.update(rank=rank, device=device, start_ns=start, end_ns=start + period_ns)
+        for col, v in values.items():
+            row[col] = v(start) if callable(v) else v
+        rows.append(row)
+    return rows
+
+
+def with_gpu_metrics(tl: Timeline, rows: list[dict[str, Any]]) -> Timeline:
+    """The timeline with these GPU-metric samples (as an Nsight export with
+    --gpu-metrics-devices would carry)."""
+    frame = pl.DataFrame(rows, schema=GPU_METRIC_SCHEMA, orient="row")
+    return dataclasses.replace(tl, gpu_metrics=frame).validate()

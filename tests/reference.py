@@ -311,3 +311,32 @@ def comm_overlap(
                 both += max(0, min(e1, e2) - max(s1, s2))
         out[(rank, dev)] = (sum(e - s for s, e in comm), both)
     return out
+
+
+def sample_figures(
+    samples: list[dict[str, Any]],
+    work: list[tuple[int, int]],
+    lo: int,
+    hi: int,
+    columns: list[str],
+    min_share: float = 0.9,
+) -> dict[str, Any]:
+    """GPU-metric samples over the span [lo, hi), one by one: the samples whose whole period
+    lies inside it, those at least `min_share` covered by `work` (the busy ones), and each
+    column's mean over both (None where no sample has a value)."""
+    merged = merge(work)
+
+    def covered(s: dict[str, Any]) -> int:
+        return sum(max(0, min(e, s["end_ns"]) - max(b, s["start_ns"])) for b, e in merged)
+
+    def mean(rows: list[dict[str, Any]], col: str) -> float | None:
+        values = [r[col] for r in rows if r[col] is not None]
+        return sum(values) / len(values) if values else None
+
+    inside = [s for s in samples if s["start_ns"] >= lo and s["end_ns"] <= hi]
+    busy = [s for s in inside if covered(s) >= min_share * (s["end_ns"] - s["start_ns"])]
+    out: dict[str, Any] = {"samples": len(inside), "busy_samples": len(busy)}
+    for col in columns:
+        out[col] = mean(inside, col)
+        out[f"busy_{col}"] = mean(busy, col)
+    return out

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 import polars as pl
 
+from traceanalyzer.analyses.counters.gpu_metrics import BUSY_SAMPLE_MIN_SHARE, FIGURES
 from traceanalyzer.analyses.counters.ncu_join import MIN_NAME_OVERLAP_SHARE
 from traceanalyzer.analyses.counters.ncu_results import MIN_TENSOR_PIPE_SHARE
 from traceanalyzer.analyses.distributed.imbalance import RANK_FIGURES
@@ -111,6 +112,8 @@ class DeviceDict(TypedDict):
     flops: dict[str, Any] | None
     memory: dict[str, Any] | None
     launch: dict[str, Any] | None
+    #: only for a device with GPU metrics (Nsight's --gpu-metrics-devices): absent otherwise
+    gpu_metrics: NotRequired[dict[str, Any]]
 
 
 class StepDict(TypedDict):
@@ -239,6 +242,8 @@ class Report:
     context: dict[str, Any] | None = None
     verdict: VerdictDict | None = None
     ncu: NcuDict | None = None
+    #: each device's window in bins of GPU metrics (the HTML figure's data; not in the JSON)
+    gpu_metric_series: tuple[dict[str, Any], ...] = ()
 
     def to_json_dict(self) -> dict[str, Any]:
         """The contract's JSON object (keys in a stable order)."""
@@ -313,6 +318,52 @@ def _launch_rows(metrics: Metrics) -> dict[tuple[int, int], dict[str, Any]]:
             "removed_ns": r["removed_ns"],
         }
     return out
+
+
+def _figures(row: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """The GPU-metric figures of a frame row (`<prefix><figure>`), the clock in whole Hz."""
+    out = {c: row[f"{prefix}{c}"] for c in FIGURES}
+    if out["gpc_clock_hz"] is not None:
+        out["gpc_clock_hz"] = round(out["gpc_clock_hz"])
+    return out
+
+
+def _gpu_metric_rows(metrics: Metrics) -> dict[tuple[int, int], dict[str, Any]]:
+    """Each device's `gpu_metrics` entry (docs/report.md): absent (null) without samples."""
+    g = metrics.gpu_metrics
+    steps: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for s in g.steps.iter_rows(named=True):
+        steps.setdefault((s["rank"], s["device"]), []).append(
+            {
+                **{k: s[k] for k in ("step", "name", "start_ns", "end_ns", "samples")},
+                "busy_samples": s["busy_samples"],
+                "busy_clock_share": s["busy_clock_share"],
+                "busy": _figures(s, "busy_"),
+            }
+        )
+    inside: dict[tuple[int, int], dict[str, Any]] = {}
+    for c in g.classes.iter_rows(named=True):
+        inside.setdefault((c["rank"], c["device"]), {})[c["kernel_class"]] = {
+            "samples": c["samples"],
+            **_figures(c),
+        }
+    return {
+        (r["rank"], r["device"]): {
+            "samples": r["samples"],
+            "busy_samples": r["busy_samples"],
+            "period_ns": r["period_ns"],
+            "busy_sample_min_share": BUSY_SAMPLE_MIN_SHARE,
+            "max_clock_hz": r["max_clock_hz"],
+            "max_clock_source": r["max_clock_source"],
+            "busy_clock_share": r["busy_clock_share"],
+            "busy_min_gpc_clock_hz": r["busy_min_gpc_clock_hz"],
+            "window": _figures(r),
+            "busy": _figures(r, "busy_"),
+            "inside": inside.get((r["rank"], r["device"]), {}),
+            "steps": steps.get((r["rank"], r["device"]), []),
+        }
+        for r in g.devices.iter_rows(named=True)
+    }
 
 
 def _diagnosis(f: Finding, basis: str) -> dict[str, Any]:
@@ -490,6 +541,9 @@ BOUND_BY_CATEGORY: dict[str, str] = {
     # copies hold the step: neither the host's compute nor the GPU's
     "pageable_memcpy": "copy",
     "managed_memory": "copy",
+    # compute slowed by a clock below its maximum (a warning only where no heavy GEMM load
+    # explains it: power capping of dense GEMMs is an info)
+    "clock_throttling": "gpu_compute",
 }
 #: Findings that come first in the headline but say nothing of what bounds the job (cast
 #: kernels that take 10-20 % of a GPU-bound step do not
@@ -605,10 +659,61 @@ def _busy_words(devices: Sequence[Mapping[str, Any]], busy: float) -> str:
     92 % one is not 48 % busy."""
     shares = [d["busy_ns"] / d["window_ns"] for d in devices if d.get("window_ns")]
     if len(shares) < 2 or max(shares) - min(shares) < BUSY_SPREAD:
-        return f"GPU busy {busy:.0%}" + _fill_words(devices)
+        return f"GPU busy {busy:.0%}" + _work_words(devices)
     if len(shares) == 2:
-        return f"GPUs busy {shares[0]:.0%} and {shares[1]:.0%}" + _fill_words(devices)
-    return f"GPUs busy {min(shares):.0%}-{max(shares):.0%} ({len(shares)} devices)"
+        return f"GPUs busy {shares[0]:.0%} and {shares[1]:.0%}" + _work_words(devices)
+    return f"GPUs busy {min(shares):.0%}-{max(shares):.0%} ({len(shares)} devices)" + (
+        _work_words(devices)
+    )
+
+
+def _clock_words(findings: Sequence[Finding]) -> str:
+    """ ", GPC clock 1350 of 1980 MHz while busy: the power limit of a dense GEMM load
+    (TA026, info)": the clock held below its maximum (TA026's lowest), with its likely
+    reason and the finding's severity; "" where no device's clock was."""
+    clocks = [f for f in findings if f.rule == "TA026" and f.evidence.get("clock_words")]
+    if not clocks:
+        return ""
+    low = min(clocks, key=lambda f: f.evidence["clock_share"])
+    return f", {low.evidence['clock_words']} ({low.rule}, {low.severity.value})"
+
+
+def _work_words(devices: Sequence[Mapping[str, Any]]) -> str:
+    """What of a busy GPU works: the SMs active measured by its GPU metrics (`_sm_words`),
+    the SMs its kernels' launch shapes fill (`_fill_words`) in parentheses beside them; the
+    launch shapes alone where the trace has no GPU metrics."""
+    measured, shaped = _sm_words(devices), _fill_words(devices)
+    if measured and shaped:
+        return f"{measured} (measured; {shaped.removeprefix(', but ')})"
+    return measured or shaped
+
+
+#: The headline names the SMs at work beside the busy share where the GPU metrics' busy
+#: samples show at most this share of the SMs active ("GPU busy 100%, but 1% of SMs
+#: active": a kernel was resident, on few SMs) ...
+FEW_SMS_SHARE = 0.5
+#: ... over at least this many busy samples (about a millisecond of work at 10 kHz).
+MIN_BUSY_SAMPLES = 10
+
+
+def _sm_words(devices: Sequence[Mapping[str, Any]]) -> str:
+    """ ", but 1% of SMs active": the lowest SMs Active over the busy samples of a device
+    (`devices[].gpu_metrics`) where it is FEW_SMS_SHARE or less; named where several
+    devices have GPU metrics; "" without GPU metrics."""
+    seen = [
+        (g["busy"]["sm_active_share"], d["rank"], d["device"])
+        for d in devices
+        if (g := d.get("gpu_metrics"))
+        and g["busy_samples"] >= MIN_BUSY_SAMPLES
+        and g["busy"]["sm_active_share"] is not None
+    ]
+    if not seen:
+        return ""
+    low, rank, device = min(seen)
+    if low > FEW_SMS_SHARE:
+        return ""
+    where = f" on rank {rank} GPU {device}" if len(seen) > 1 else ""
+    return f", but {_share(low)} of SMs active{where}"
 
 
 def _fill_words(devices: Sequence[Mapping[str, Any]]) -> str:
@@ -712,7 +817,7 @@ def verdict(
         kinds = "" if cause is not None and cause.rule == "TA018" else _kinds_words(findings)
         facts.append(_step_words(paths, step) + kinds)
     if busy is not None:
-        facts.append(_busy_words(devices, busy))
+        facts.append(_busy_words(devices, busy) + _clock_words(findings))
     saving = top.impact_ns if top is not None else None
     if top is not None:
         fix = f"fixing {top.rule} ({top.title})"
@@ -771,7 +876,10 @@ def _memory_share(devices: Sequence[Mapping[str, Any]]) -> float:
 
 def _bandwidth_words(devices: Sequence[Mapping[str, Any]]) -> str:
     """ " at 91% of peak bandwidth (3056 of 3350 GB/s)" for a memory-bound job: its
-    memory-bound operators' bandwidth over the devices with known bytes and peak."""
+    memory-bound operators' bandwidth over the devices with known bytes and peak; measured
+    where the GPU metrics have the DRAM figures (`_dram_words`)."""
+    if measured := _dram_words(devices):
+        return measured
     rows = [
         d["memory"]
         for d in devices
@@ -782,6 +890,37 @@ def _bandwidth_words(devices: Sequence[Mapping[str, Any]]) -> str:
     achieved = sum(r["achieved_gbps"] for r in rows) / len(rows)
     peak = sum(r["peak_gbps"] for r in rows) / len(rows)
     return f" at {achieved / peak:.0%} of peak bandwidth ({achieved:.0f} of {peak:.0f} GB/s)"
+
+
+def measured_dram(gpu_metrics: Mapping[str, Any] | None) -> tuple[float, float, str] | None:
+    """A device's measured DRAM read and write shares of the peak and where they were
+    measured: over the samples inside its memory-bound kernels ("inside the memory-bound
+    kernels"), else over its busy samples ("while busy"); None without both figures."""
+    if not gpu_metrics:
+        return None
+    for figures, where in (
+        ((gpu_metrics["inside"] or {}).get("memory_bound"), "inside the memory-bound kernels"),
+        (gpu_metrics["busy"] if gpu_metrics["busy_samples"] else None, "while busy"),
+    ):
+        read = figures["dram_read_share"] if figures else None
+        write = figures["dram_write_share"] if figures else None
+        if read is not None and write is not None:
+            return read, write, where
+    return None
+
+
+def _dram_words(devices: Sequence[Mapping[str, Any]]) -> str:
+    """ " at 89% of peak DRAM bandwidth (measured: read 59% + write 30% ...)": the devices'
+    measured DRAM (`measured_dram`, their mean); "" where no device has it."""
+    found = [m for d in devices if (m := measured_dram(d.get("gpu_metrics")))]
+    if not found:
+        return ""
+    read = sum(m[0] for m in found) / len(found)
+    write = sum(m[1] for m in found) / len(found)
+    return (
+        f" at {read + write:.0%} of peak DRAM bandwidth (measured: read {read:.0%} + write "
+        f"{write:.0%} {found[0][2]})"
+    )
 
 
 def _cut_words(findings: list[Finding]) -> str:
@@ -1028,6 +1167,7 @@ def build_report(
     memory_rows = _memory_rows(metrics)
     launch_rows = _launch_rows(metrics)
     measured_tc = _measured_tensor_cores(metrics)
+    metric_rows = _gpu_metric_rows(metrics)
     devices: list[DeviceDict] = [
         {
             "rank": r["rank"],
@@ -1063,6 +1203,9 @@ def build_report(
         }
         for r in metrics.devices.rows()
     ]
+    for d in devices:
+        if (found := metric_rows.get((d["rank"], d["device"]))) is not None:
+            d["gpu_metrics"] = found
     steps = [_step(r, warmup=False) for r in metrics.steps.steady.iter_rows(named=True)]
     warm = [_step(r, warmup=True) for r in metrics.steps.warmup.iter_rows(named=True)]
     steps = sorted([*warm, *steps], key=lambda s: (s["rank"], s["device"], s["start_ns"]))
@@ -1184,4 +1327,5 @@ def build_report(
         matmul_shapes=tuple(_rows(metrics.shapes.matmuls.head(TOP_BANDWIDTH_OPS))),
         roofline=tuple(_rows(metrics.flops.roofline.head(TOP_ROOFLINE_OPS))),
         ncu=_ncu(metrics),
+        gpu_metric_series=tuple(_rows(metrics.gpu_metrics.series)),
     )

@@ -72,7 +72,11 @@ def finish(parts: list[RankPart], flagged: Flagged, opts: Options, path: str) ->
 
 def _rank_of(timeline: Timeline, rank: int) -> Timeline:
     """The events of one rank of a job's timeline."""
-    return Timeline(events=timeline.events.filter(pl.col("rank") == rank), meta=timeline.meta)
+    return Timeline(
+        events=timeline.events.filter(pl.col("rank") == rank),
+        meta=timeline.meta,
+        gpu_metrics=timeline.gpu_metrics.filter(pl.col("rank") == rank),
+    )
 
 
 def _no_match(parts: list[RankPart], pattern: str, path: str) -> ConfigError:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from traceanalyzer.analyses.causes import impact as causes_impact
-from traceanalyzer.analyses.counters import launch_shapes, ncu_results
+from traceanalyzer.analyses.counters import gpu_metrics, launch_shapes, ncu_results
 from traceanalyzer.analyses.critical_path import critical_path
 from traceanalyzer.analyses.distributed import overlap
 from traceanalyzer.analyses.gpu import (
@@ -30,6 +30,7 @@ from traceanalyzer.analyses.timeline.frames import SchemaDriftError, check_schem
 
 if TYPE_CHECKING:
     from traceanalyzer.analyses.causes.impact import CauseImpact, Causes
+    from traceanalyzer.analyses.counters.gpu_metrics import ClockImpact, GpuMetrics
     from traceanalyzer.analyses.counters.launch_shapes import LaunchShapes, UnderfillImpact
     from traceanalyzer.analyses.counters.ncu_results import NcuJoin
     from traceanalyzer.analyses.critical_path.critical_path import CriticalPath
@@ -85,6 +86,7 @@ FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
     **{f"causes.{k}": dict(v) for k, v in causes_impact.Causes.SCHEMAS.items()},
     **{f"launch_shapes.{k}": dict(v) for k, v in launch_shapes.LaunchShapes.SCHEMAS.items()},
     **{f"ncu.{k}": dict(v) for k, v in ncu_results.NcuJoin.SCHEMAS.items()},
+    **{f"gpu_metrics.{k}": dict(v) for k, v in gpu_metrics.GpuMetrics.SCHEMAS.items()},
 }
 #: Columns a frame carries only where the trace has them (`<field>.<frame>` for a typed
 #: result's, from its `OPTIONAL`).
@@ -187,6 +189,12 @@ class Metrics:
       bytes, registers, occupancy and pipe shares, per device the Tensor Core pipe's
       measured share (analyses/counters/ncu_join.py, ncu_results.py: NcuJoin; empty frames
       without `--ncu`).
+    - `gpu_metrics`: Nsight's sampled GPU metrics (SMs Active, Tensor Active, DRAM, clock,
+      ...) per device over the steady window and per steady step, over the samples inside
+      the memory-bound and GEMM kernels, and in bins for the figure
+      (analyses/counters/gpu_metrics.py: gpu_metrics.GpuMetrics; empty without metrics);
+      `clock_model`: per device with GPU metrics, what its clock held below the maximum
+      while busy costs (gpu_metrics.clock_impact).
     """
 
     basis: str
@@ -229,3 +237,5 @@ class Metrics:
     launch_shapes: LaunchShapes
     underfill_model: tuple[UnderfillImpact, ...]
     ncu: NcuJoin
+    gpu_metrics: GpuMetrics
+    clock_model: tuple[ClockImpact, ...]

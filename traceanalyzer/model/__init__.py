@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 from traceanalyzer.model.meta import DataQuality, DeviceInfo, RankInfo, TraceMeta
-from traceanalyzer.model.schema import EVENT_SCHEMA, GPU_KINDS, KIND, Kind
-from traceanalyzer.model.timeline import Timeline, combine, combine_meta
+from traceanalyzer.model.schema import (
+    EVENT_SCHEMA,
+    GPU_KINDS,
+    GPU_METRIC_SCHEMA,
+    GPU_METRIC_SHARES,
+    KIND,
+    Kind,
+)
+from traceanalyzer.model.timeline import Timeline, combine, combine_meta, no_gpu_metrics
 
 __all__ = [
     "EVENT_SCHEMA",
     "GPU_KINDS",
+    "GPU_METRIC_SCHEMA",
+    "GPU_METRIC_SHARES",
     "KIND",
     "DataQuality",
     "DeviceInfo",
@@ -18,4 +27,5 @@ __all__ = [
     "TraceMeta",
     "combine",
     "combine_meta",
+    "no_gpu_metrics",
 ]

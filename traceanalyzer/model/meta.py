@@ -20,6 +20,8 @@ class DeviceInfo:
     max_blocks_per_sm: int | None = None
     regs_per_sm: int | None = None
     shared_mem_per_sm: int | None = None
+    #: the SM clock's maximum, Hz (Nsight's TARGET_INFO_GPU.clockRate), where recorded
+    max_clock_hz: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -86,6 +86,45 @@ COLUMNS: dict[str, tuple[pl.DataType, str]] = {
 
 EVENT_SCHEMA: pl.Schema = pl.Schema({name: dtype for name, (dtype, _doc) in COLUMNS.items()})
 
+#: The hardware counters a GPU-metrics sample may carry (Nsight Systems
+#: `--gpu-metrics-devices`): column -> one-line doc. Each is a 0-1 share of the counter's
+#: peak over the sample's period, null where the device's metric set lacks it.
+GPU_METRIC_SHARES: dict[str, str] = {
+    "gr_active_share": "share of the period the graphics/compute engine was active",
+    "sm_active_share": "SMs Active: mean share of the SMs with at least one warp resident",
+    "sm_issue_share": "SM Issue: mean share of cycles an SM sub-partition issued an instruction",
+    "tensor_active_share": "Tensor Active: mean share of cycles the tensor pipes were active",
+    "dram_read_share": "DRAM read bandwidth, as a share of the device's peak",
+    "dram_write_share": "DRAM write bandwidth, as a share of the device's peak",
+    "pcie_rx_share": "PCIe receive (host to device) throughput, as a share of the link's peak",
+    "pcie_tx_share": "PCIe transmit (device to host) throughput, as a share of the link's peak",
+    "nvlink_rx_share": "NVLink receive throughput (user data), as a share of the links' peak",
+    "nvlink_tx_share": "NVLink transmit throughput (user data), as a share of the links' peak",
+}
+
+#: The GPU-metrics samples a reader may add to a timeline (`Timeline.gpu_metrics`): one row
+#: per (rank, device, sample), in time order; empty for every trace without GPU metrics.
+GPU_METRIC_COLUMNS: dict[str, tuple[pl.DataType, str]] = {
+    "rank": (pl.Int32(), "distributed rank of the process that used the GPU"),
+    "device": (pl.Int32(), "GPU ordinal on that rank (as the timeline's GPU work)"),
+    "start_ns": (
+        pl.Int64(),
+        "start of the sample's period, integer ns in the trace's clock (may be negative: "
+        "sampling starts before the session's zero)",
+    ),
+    "end_ns": (
+        pl.Int64(),
+        "end (exclusive) of the sample's period: the next sample's start, or the start plus "
+        "the sampling period for the last sample and one before a hole in the sampling",
+    ),
+    "gpc_clock_hz": (pl.Int64(), "GPC (SM) clock frequency over the period, Hz"),
+    **{name: (pl.Float64(), doc) for name, doc in GPU_METRIC_SHARES.items()},
+}
+
+GPU_METRIC_SCHEMA: pl.Schema = pl.Schema(
+    {name: dtype for name, (dtype, _doc) in GPU_METRIC_COLUMNS.items()}
+)
+
 
 def schema_markdown() -> str:
     """Render the schema as a Markdown table (for `docs/schema.md` and `traceanalyzer schema`)."""
@@ -95,4 +134,17 @@ def schema_markdown() -> str:
     kinds = ", ".join(f"`{k.value}`" for k in Kind)
     lines.append("")
     lines.append(f"`kind` is one of {kinds}.")
+    lines += [
+        "",
+        "## GPU metrics",
+        "",
+        "Nsight Systems exports recorded with `--gpu-metrics-devices` also hold hardware "
+        "counters sampled every ~100 µs per GPU; the timeline carries them as a second table "
+        "(`Timeline.gpu_metrics`), empty for every other trace:",
+        "",
+        "| column | dtype | meaning |",
+        "| --- | --- | --- |",
+    ]
+    for name, (dtype, doc) in GPU_METRIC_COLUMNS.items():
+        lines.append(f"| `{name}` | {dtype} | {doc} |")
     return "\n".join(lines) + "\n"

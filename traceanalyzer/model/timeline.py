@@ -3,20 +3,27 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import polars as pl
 
 from traceanalyzer.model.meta import DataQuality, TraceMeta
-from traceanalyzer.model.schema import EVENT_SCHEMA, GPU_KINDS, Kind
+from traceanalyzer.model.schema import EVENT_SCHEMA, GPU_KINDS, GPU_METRIC_SCHEMA, Kind
+
+
+def no_gpu_metrics() -> pl.DataFrame:
+    """The GPU-metrics table of a trace without GPU metrics: no rows, the full schema."""
+    return pl.DataFrame(schema=GPU_METRIC_SCHEMA)
 
 
 @dataclass(frozen=True, slots=True)
 class Timeline:
-    """Events (conforming to EVENT_SCHEMA) plus what is known about the trace."""
+    """Events (conforming to EVENT_SCHEMA) plus what is known about the trace, and the GPU
+    metrics sampled beside them (GPU_METRIC_SCHEMA; empty where the trace has none)."""
 
     events: pl.DataFrame
     meta: TraceMeta
+    gpu_metrics: pl.DataFrame = field(default_factory=no_gpu_metrics)
 
     def validate(self) -> Timeline:
         """Check the schema invariants; raise ValueError on a broken reader. Returns self."""
@@ -33,6 +40,13 @@ class Timeline:
             null_rank=pl.col("rank").is_null().sum(),
         ).row(0, named=True)
         problems = {k: v for k, v in bad.items() if v}
+        if self.gpu_metrics.schema != GPU_METRIC_SCHEMA:
+            problems["gpu_metrics_schema"] = 1
+        elif self.gpu_metrics.height:
+            problems["gpu_metrics_bad_period"] = self.gpu_metrics.select(
+                (pl.col("end_ns") <= pl.col("start_ns")).sum()
+            ).item()
+            problems = {k: v for k, v in problems.items() if v}
         if problems:
             raise ValueError(f"timeline invariants violated: {problems}")
         return self
@@ -80,7 +94,10 @@ def combine(parts: list[Timeline], path: str) -> Timeline:
     if len(parts) == 1:
         return parts[0]
     events = pl.concat([p.events for p in parts], how="vertical")
-    return Timeline(events=events, meta=combine_meta([p.meta for p in parts], path))
+    samples = pl.concat([p.gpu_metrics for p in parts], how="vertical")
+    return Timeline(
+        events=events, meta=combine_meta([p.meta for p in parts], path), gpu_metrics=samples
+    )
 
 
 def combine_meta(metas: list[TraceMeta], path: str) -> TraceMeta:

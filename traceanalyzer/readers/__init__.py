@@ -156,6 +156,7 @@ def _renamed(timeline: Timeline, path: Path, note: str | None = None) -> Timelin
     return Timeline(
         events=timeline.events,
         meta=dataclasses.replace(meta, path=str(path), ranks=ranks, quality=quality),
+        gpu_metrics=timeline.gpu_metrics,
     )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -106,7 +107,8 @@ def probe(con: sqlite3.Connection, path: Path) -> Probe:
     result = Probe(path=path, tables=tables)
     for table in (KERNEL, MEMCPY, MEMSET, GRAPH, RUNTIME, DRIVER, SYNC, NVTX, *GPU_INFO_TABLES,
                   "TARGET_INFO_CUDA_DEVICE", "PROCESSES", "ThreadNames", "DIAGNOSTIC_EVENT",
-                  "TARGET_INFO_SESSION_START_TIME", "META_DATA_CAPTURE"):  # fmt: skip
+                  "TARGET_INFO_SESSION_START_TIME", "META_DATA_CAPTURE", "GPU_METRICS",
+                  "TARGET_INFO_GPU_METRICS"):  # fmt: skip
         if table in tables:
             result.columns[table] = frozenset(
                 row[1] for row in con.execute(f"PRAGMA table_info('{table}')")
@@ -290,52 +292,31 @@ def assign_ranks(
 def device_infos(
     con: sqlite3.Connection, pr: Probe, used: list[tuple[int, int, int]]
 ) -> list[DeviceInfo]:
-    """Describe each (rank, pid, CUDA device ordinal) that ran GPU work.
-
-    The CUPTI `deviceId` is the CUDA ordinal in that process. TARGET_INFO_CUDA_DEVICE (2024
-    on) maps (pid, cudaId) to the GPU's id in TARGET_INFO_GPU; without it the ordinal is
-    matched to TARGET_INFO_GPU.cuDevice, then to its id. Exports without TARGET_INFO_GPU
-    (windows cut out by nsys-ai) give the ordinal alone.
-    """
+    """Describe each (rank, pid, CUDA device ordinal) that ran GPU work (which GPU of the
+    export each is: `gpu_ids`). Exports without TARGET_INFO_GPU (windows cut out by
+    nsys-ai) give the ordinal alone."""
     gpu_table = next((t for t in GPU_INFO_TABLES if pr.has(t)), None)
     gpus: dict[int, tuple[object, ...]] = {}
-    by_cuda: dict[int, int] = {}
     if gpu_table is not None:
-        cols = pr.cols(gpu_table)
-
-        def col(name: str) -> str:
-            return name if name in cols else "NULL"
-
+        col = _columns_of(pr, gpu_table)
         for row in con.execute(
-            f"SELECT {col('id')}, {col('cuDevice')}, {col('name')}, {col('computeMajor')}, "
-            f"{col('computeMinor')}, {col('smCount')}, {col('totalMemory')}, "
+            f"SELECT {col('id')}, {col('name')}, {col('computeMajor')}, {col('computeMinor')}, "
+            f"{col('smCount')}, {col('totalMemory')}, "
             f"{col('maxWarpsPerSm')} * {col('threadsPerWarp')}, {col('maxBlocksPerSm')}, "
-            f"{col('maxRegistersPerSm')}, {col('maxShmemPerSm')} FROM {gpu_table}"
+            f"{col('maxRegistersPerSm')}, {col('maxShmemPerSm')}, {col('clockRate')} "
+            f"FROM {gpu_table}"
         ):
             if row[0] is not None:
-                gpus[int(row[0])] = row[2:]
-                if row[1] is not None:
-                    by_cuda.setdefault(int(row[1]), int(row[0]))
-    mapped: dict[tuple[int, int], int] = {}
-    sms: dict[tuple[int, int], int] = {}
-    if pr.has("TARGET_INFO_CUDA_DEVICE", "cudaId") and pr.has("TARGET_INFO_CUDA_DEVICE", "pid"):
-        cols = pr.cols("TARGET_INFO_CUDA_DEVICE")
-        sm = "numMultiprocessors" if "numMultiprocessors" in cols else "NULL"
-        for gpu_id, cuda_id, pid, n_sm in con.execute(
-            f"SELECT gpuId, cudaId, pid, {sm} FROM TARGET_INFO_CUDA_DEVICE"
-        ):
-            if gpu_id is not None:
-                mapped[(int(pid), int(cuda_id))] = int(gpu_id)
-            if n_sm is not None:
-                sms[(int(pid), int(cuda_id))] = int(n_sm)
+                gpus[int(row[0])] = row[1:]
+    ids = gpu_ids(con, pr, used)
+    sms = _cuda_sm_counts(con, pr)
     infos = []
     for rank, pid, device in used:
-        gid = mapped.get((pid, device), by_cuda.get(device, device))
-        desc = gpus.get(gid)
+        desc = gpus.get(ids[(rank, device)])
         if desc is None:
             infos.append(DeviceInfo(rank=rank, device=device, sm_count=sms.get((pid, device))))
             continue
-        name, major, minor, sm_count, memory, threads, blocks, regs, smem = desc
+        name, major, minor, sm_count, memory, threads, blocks, regs, smem, clock = desc
         infos.append(
             DeviceInfo(
                 rank=rank,
@@ -348,9 +329,61 @@ def device_infos(
                 max_blocks_per_sm=_int(blocks),
                 regs_per_sm=_int(regs),
                 shared_mem_per_sm=_int(smem),
+                max_clock_hz=_int(clock) if _int(clock) else None,
             )
         )
     return infos
+
+
+def gpu_ids(
+    con: sqlite3.Connection, pr: Probe, used: list[tuple[int, int, int]]
+) -> dict[tuple[int, int], int]:
+    """(rank, CUDA device ordinal) -> the GPU's id in the export (TARGET_INFO_GPU.id, the id
+    GPU metrics carry in their typeId's low byte), for each (rank, pid, ordinal) in `used`.
+
+    The CUPTI `deviceId` is the CUDA ordinal in that process. TARGET_INFO_CUDA_DEVICE (2024
+    on) maps (pid, cudaId) to the GPU's id; without it the ordinal is matched to
+    TARGET_INFO_GPU.cuDevice; failing both, the id is taken to be the ordinal."""
+    by_cuda: dict[int, int] = {}
+    gpu_table = next((t for t in GPU_INFO_TABLES if pr.has(t)), None)
+    if gpu_table is not None and pr.has(gpu_table, "id") and pr.has(gpu_table, "cuDevice"):
+        for gid, cuda in con.execute(f"SELECT id, cuDevice FROM {gpu_table}"):
+            if gid is not None and cuda is not None:
+                by_cuda.setdefault(int(cuda), int(gid))
+    mapped: dict[tuple[int, int], int] = {}
+    if _has_cuda_devices(pr):
+        for gpu_id, cuda_id, pid in con.execute(
+            "SELECT gpuId, cudaId, pid FROM TARGET_INFO_CUDA_DEVICE"
+        ):
+            if gpu_id is not None:
+                mapped[(int(pid), int(cuda_id))] = int(gpu_id)
+    return {
+        (rank, device): mapped.get((pid, device), by_cuda.get(device, device))
+        for rank, pid, device in used
+    }
+
+
+def _has_cuda_devices(pr: Probe) -> bool:
+    return pr.has("TARGET_INFO_CUDA_DEVICE", "cudaId") and pr.has("TARGET_INFO_CUDA_DEVICE", "pid")
+
+
+def _cuda_sm_counts(con: sqlite3.Connection, pr: Probe) -> dict[tuple[int, int], int]:
+    """(pid, CUDA ordinal) -> SM count, from TARGET_INFO_CUDA_DEVICE where it has them."""
+    if not _has_cuda_devices(pr) or not pr.has("TARGET_INFO_CUDA_DEVICE", "numMultiprocessors"):
+        return {}
+    return {
+        (int(pid), int(cuda_id)): int(n_sm)
+        for cuda_id, pid, n_sm in con.execute(
+            "SELECT cudaId, pid, numMultiprocessors FROM TARGET_INFO_CUDA_DEVICE"
+        )
+        if n_sm is not None
+    }
+
+
+def _columns_of(pr: Probe, table: str) -> Callable[[str], str]:
+    """A column's name where `table` has it, else NULL (for a SELECT list)."""
+    cols = pr.cols(table)
+    return lambda name: name if name in cols else "NULL"
 
 
 def _int(value: object) -> int | None:

@@ -39,6 +39,7 @@ from traceanalyzer.model import (
 from traceanalyzer.parallel import usable_cores
 from traceanalyzer.readers import nsys_schema_probe as sp
 from traceanalyzer.readers.base import SQLITE_MAGIC
+from traceanalyzer.readers.nsys_gpu_metrics import read_gpu_metrics
 
 #: Rows per aggregate query: one blob of about 25 MB for the widest table.
 CHUNK_ROWS = 1 << 18
@@ -569,7 +570,10 @@ def _read(con: sqlite3.Connection, path: Path) -> Timeline:
         .collect()
     )
     pid_of = {r: p for p, r in ranks.items()}
-    devices = sp.device_infos(con, pr, [(r, pid_of[r], d) for r, d in used.iter_rows()])
+    triples = [(r, pid_of[r], d) for r, d in used.iter_rows()]
+    devices = sp.device_infos(con, pr, triples)
+    samples, metric_notes = read_gpu_metrics(con, pr, sp.gpu_ids(con, pr, triples))
+    notes += metric_notes
     version = meta_kv.get("EXPORT_PRODUCT_VERSION")
     # ranks numbered by order are exactly this file's processes; others may be a part of a job
     world = len(ranks) if rank_source == "pid order" else None
@@ -587,4 +591,4 @@ def _read(con: sqlite3.Connection, path: Path) -> Timeline:
         devices=tuple(devices),
         quality=DataQuality(dropped=dict(dropped), notes=tuple(notes)),
     )
-    return Timeline(events=ranked, meta=meta)
+    return Timeline(events=ranked, meta=meta, gpu_metrics=samples)

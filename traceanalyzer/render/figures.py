@@ -421,3 +421,74 @@ def roofline_figure(
         if roofs:
             ax.legend(loc="lower right", frameon=False)
     return fig
+
+
+#: The GPU-metrics figure's lines: the series' column, its label and colour.
+GPU_METRIC_LINES: tuple[tuple[str, str, str], ...] = (
+    ("sm_active_share", "SMs active", "#2f6db5"),
+    ("tensor_active_share", "tensor active", "#59a14f"),
+    ("dram_read_share", "DRAM read", "#f28e2b"),
+    ("dram_write_share", "DRAM write", "#e8c547"),
+    ("clock_share", "GPC clock / max", "#b3261e"),
+)
+#: At most this many devices get a panel in the GPU-metrics figure.
+GPU_METRIC_PANELS = 8
+
+
+def gpu_metrics_figure(
+    series: Sequence[Mapping[str, Any]],
+    labels: Sequence[tuple[int, int, str]],
+    t0_ns: int,
+    steps: Sequence[Mapping[str, Any]] = (),
+) -> Figure:
+    """One panel per (rank, device) of `labels` (at most GPU_METRIC_PANELS): the window's
+    GPU-metric bins (the report's `gpu_metric_series`) as lines of 0-100 % against time
+    since `t0_ns` (ms): SMs active, tensor active, DRAM read and write, the clock over its
+    maximum, over the timeline's busy share of each bin (grey); each step's boundaries
+    (the report's step rows) as vertical lines. A line the metric set lacks is not drawn."""
+    shown = list(labels)[:GPU_METRIC_PANELS]
+    with matplotlib.rc_context(SVG_RC):
+        fig = Figure(figsize=(10, 0.6 + 1.7 * max(len(shown), 1)), layout="constrained")
+        axes = fig.subplots(max(len(shown), 1), 1, squeeze=False, sharex=True)[:, 0]
+        for ax, (rank, device, label) in zip(axes, shown, strict=False):
+            mine = sorted(
+                (b for b in series if (b["rank"], b["device"]) == (rank, device)),
+                key=lambda b: b["start_ns"],
+            )
+            ax.set_ylim(0, 105)
+            ax.set_ylabel("%")
+            ax.set_title(label, loc="left", fontsize=9)
+            if not mine:
+                continue
+            starts = np.array([b["start_ns"] for b in mine], dtype=np.int64)
+            ends = np.array([b["end_ns"] for b in mine], dtype=np.int64)
+            edges = np.append(starts - t0_ns, ends[-1] - t0_ns) / 1e6
+            mids = ((starts + ends) / 2 - t0_ns) / 1e6
+            busy = np.array([b["busy_share"] or 0.0 for b in mine]) * 100
+            ax.stairs(busy, edges, fill=True, color="#dcdcdc", linewidth=0, label="GPU busy")
+            for col, name, colour in GPU_METRIC_LINES:
+                values = np.array(
+                    [np.nan if b[col] is None else b[col] * 100 for b in mine], dtype=np.float64
+                )
+                if np.isfinite(values).any():
+                    ax.plot(mids, values, color=colour, linewidth=1.0, label=name)
+            bounds = _step_bounds(
+                [s for s in steps if (s["rank"], s["device"]) == (rank, device)],
+                int(starts[0]),
+                int(ends[-1]),
+            )
+            if bounds:
+                ax.vlines(
+                    (np.array(bounds, dtype=np.int64) - t0_ns) / 1e6,
+                    0,
+                    105,
+                    colors=STEP_COLOUR,
+                    linewidths=0.6,
+                    linestyles="dotted",
+                )
+            ax.set_xlim(edges[0], edges[-1])
+        axes[0].legend(
+            loc="lower center", bbox_to_anchor=(0.5, 1.15), ncols=6, frameon=False, fontsize=8
+        )
+        axes[-1].set_xlabel("time since the window's start (ms); dotted: step boundaries")
+    return fig

@@ -21,6 +21,7 @@ from markupsafe import Markup
 
 from traceanalyzer.analyses.gpu.idle import CAUSES
 from traceanalyzer.render import figures, launch
+from traceanalyzer.render import gpu_metrics as gm
 from traceanalyzer.render.base import script_json, static_text
 from traceanalyzer.render.kernel_names import short_names
 from traceanalyzer.render.markdown_html import markdown_html
@@ -511,7 +512,18 @@ def _figures(r: Report) -> dict[str, Markup | None]:
         "critical_path": _critical_path_chart(r),
         "memory": _memory_chart(r),
         "roofline": _roofline(r),
+        "gpu_metrics": _gpu_metrics_chart(r),
     }
+
+
+def _gpu_metrics_chart(r: Report) -> Markup | None:
+    """The window's GPU metrics over time, one panel per device that has them."""
+    devices = gm.devices_with(r)
+    if not devices or not r.gpu_metric_series:
+        return None
+    labels = [(d["rank"], d["device"], _device_label(d["rank"], d["device"])) for d in devices]
+    t0 = r.window["start_ns"] or 0
+    return _svg(figures.gpu_metrics_figure(r.gpu_metric_series, labels, t0, r.steps))
 
 
 def page_context(report: Report) -> dict[str, Any]:
@@ -554,6 +566,8 @@ def page_context(report: Report) -> dict[str, Any]:
         "script": Markup(script),
         "script_hash": f"sha256-{digest}",
         "data_json": embedded_json(r),
+        "gm_devices": gm.devices_with(r),
+        "gm": gm,
     }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import TextIO
 
+from traceanalyzer.render import gpu_metrics as gm
 from traceanalyzer.render import launch
 from traceanalyzer.render.grouping import group_findings, ranks_text
 from traceanalyzer.render.kernel_names import short_names
@@ -94,6 +95,7 @@ class MarkdownRenderer:
                 f" {percent(c['launch_overhead'])} | {duration(d['exposed_comm_ns'])} |"
                 f" {percent(d['tensor_core']['share_of_gemm'])} |"
             )
+        lines += _gpu_metric_lines(r)
         table = rank_table(r.ranks)
         if table is not None:
             labelled = table.folded > 0  # which rank each is: only where some were folded
@@ -174,4 +176,27 @@ def _ncu_lines(r: Report) -> list[str]:
         )
     if n["notes"]:
         lines += ["", *[f"- {_text(note)}" for note in n["notes"]]]
+    return lines
+
+
+def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
+    return [
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+        *("| " + " | ".join(_text(c) for c in row) + " |" for row in rows),
+    ]
+
+
+def _gpu_metric_lines(r: Report) -> list[str]:
+    """The GPU metrics section (render/gpu_metrics.py); nothing for a trace without."""
+    devices = gm.devices_with(r)
+    if not devices:
+        return []
+    lines = ["", "### GPU metrics while busy", ""]
+    lines += _md_table(gm.headings(devices), gm.device_rows(devices))
+    steps = gm.step_rows(devices)
+    if steps:
+        lines += ["", "Per steady step:", ""]
+        lines += _md_table(gm.step_headings(devices), steps)
+    lines += ["", *(_text(n) for n in gm.notes(devices))]
     return lines

@@ -9,6 +9,7 @@ from typing import TextIO
 
 import polars as pl
 
+from traceanalyzer.render import gpu_metrics as gm
 from traceanalyzer.render import launch
 from traceanalyzer.render.grouping import group_findings, ranks_text
 from traceanalyzer.render.kernel_names import short_names
@@ -186,6 +187,7 @@ def _lines(r: Report, width: int = PLAIN_WIDTH) -> list[str]:
     lines += _comm_lines(r)
     lines += _tensor_core_lines(r)
     lines += _flops_lines(r)
+    lines += _gpu_metric_lines(r)
     k = r.kernels
     lines += ["", "Kernel time by class"]
     for c in k["classes"]:
@@ -423,6 +425,37 @@ def _tensor_core_lines(r: Report) -> list[str]:
                 f" Core pipe active {percent(m['tensor_pipe_share'])} of the matched GEMM time"
                 f" ({duration(m['gemm_ns'])}); {duration(m['tc_ns'])} of it on the Tensor Cores"
             )
+    return lines
+
+
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+    """Rows under their headings, each column as wide as its widest cell (the first two
+    and the figures right-aligned, text left)."""
+    widths = [max(len(c) for c in col) for col in zip(head, *rows, strict=True)]
+
+    def line(cells: list[str]) -> str:
+        return "  " + " ".join(
+            c.ljust(w) if head[i] == "step" else c.rjust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        )
+
+    return [line(head), *(line(row) for row in rows)]
+
+
+def _gpu_metric_lines(r: Report) -> list[str]:
+    """The GPU metrics of the devices that have them (render/gpu_metrics.py); nothing
+    for a trace without."""
+    devices = gm.devices_with(r)
+    if not devices:
+        return []
+    notes = gm.notes(devices)
+    lines = ["", "GPU metrics while busy (Nsight Systems counters)"]
+    lines += _table(gm.headings(devices), gm.device_rows(devices))
+    steps = gm.step_rows(devices)
+    if steps:
+        lines += ["  per steady step:"]
+        lines += _table(gm.step_headings(devices), steps)
+    lines += [f"  {n}" for n in notes]
     return lines
 
 

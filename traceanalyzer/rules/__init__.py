@@ -43,6 +43,7 @@ from traceanalyzer.rules.ta022_library_setup import LibrarySetup
 from traceanalyzer.rules.ta023_graph_breaks import GraphBreaks
 from traceanalyzer.rules.ta024_ddp_no_sync import DdpNoSync
 from traceanalyzer.rules.ta025_underfilled_launches import UnderfilledLaunches
+from traceanalyzer.rules.ta026_clock_below_max import ClockBelowMax
 from traceanalyzer.rules.ta027_managed_memory import ManagedMemory
 
 ALL_RULES: list[type[Rule]] = [
@@ -71,6 +72,7 @@ ALL_RULES: list[type[Rule]] = [
     GraphBreaks,
     DdpNoSync,
     UnderfilledLaunches,
+    ClockBelowMax,
     ManagedMemory,
 ]
 

@@ -44,6 +44,7 @@ CATEGORIES = (
     "ddp_no_sync",
     "underfilled_launches",
     "managed_memory",
+    "clock_throttling",
 )
 #: A fix that saves at least this share of step time is critical / a warning; less is info.
 CRITICAL_SHARE = 0.30

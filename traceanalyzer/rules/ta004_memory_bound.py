@@ -24,11 +24,16 @@ class MemoryBound(Rule):
     `memory_bound` class: pointwise/elementwise, normalisation, softmax, reductions,
     optimizer `multi_tensor_apply`, embedding and index kernels. Copy and cast kernels are
     reported by TA010. Where the trace records operator shapes (`record_shapes=True`), the
-    evidence lists the top operators' achieved bandwidth and its share of the GPU's peak.
+    evidence lists the top operators' achieved bandwidth and its share of the GPU's peak,
+    estimated from the bytes their shapes move ("estimated" in the message).
     With `report --ncu`, an operator all of whose calls' kernels Nsight Compute measured
     gets ncu's DRAM bytes instead of the shapes' estimate (its evidence `source` is "ncu",
     and the message says "measured"), still over the trace's kernel time: ncu's durations,
     at base clocks with cold caches, are not the job's. It needs no recorded shapes then.
+    Where the trace is an Nsight Systems export with GPU metrics (`--gpu-metrics-devices`),
+    the DRAM read and write bandwidth the GPU's counters measured is given too, labelled
+    measured: over the samples inside the memory-bound kernels, else over the busy samples
+    (`evidence.dram_measured`; `evidence.bandwidth_source`: `measured` or `estimated`).
 
     ## Why it matters
     These kernels do under one FLOP per byte: their speed is set by memory bandwidth, not by
@@ -116,10 +121,11 @@ class MemoryBound(Rule):
         m = ctx.metrics.memory_impact_model
         price, ceiling, model, chain = m.impact_ns, m.ceiling_ns, m.model, m.top_chain
         layer = named_layer(m.patterns)
+        dram, where = _measured(ctx, model)
         seen = "; ".join(
             f"{o['op_name']} "
             + (f"{o['gbps']:.0f} GB/s" if o["gbps"] is not None else "above the peak (L2)")
-            + (" measured" if o.get("source") == "ncu" else "")
+            + (" measured" if o.get("source") == "ncu" else " estimated")
             + (f" ({o['share_of_peak']:.0%} of peak)" if o["share_of_peak"] is not None else "")
             for o in top
         )
@@ -130,6 +136,7 @@ class MemoryBound(Rule):
             f"{classes.get('copy_cast', 0) / compute:.0%}"
             + (f"; top operators: {seen}" if seen else "")
             + _model_words(model)
+            + _dram_words(dram, where)
             + _chain_words(ctx, chain, layer),
             {
                 "memory_bound_ns": bound,
@@ -140,6 +147,14 @@ class MemoryBound(Rule):
                 "threshold_share": t.min_memory_bound_share,
                 "model": _model_evidence(model),
                 "top_chain": chain,
+                # the DRAM bandwidth the GPU's counters measured (Nsight GPU metrics), and
+                # where the figure the message gives comes from
+                "dram_measured": dram and {**dram, **where},
+                "bandwidth_source": "measured"
+                if dram
+                else "estimated"
+                if model and model["achieved_gbps"]
+                else None,
             },
             None,
             price,
@@ -184,9 +199,37 @@ def _model_words(model: dict[str, Any] | None) -> str:
     if model["achieved_gbps"] and model["peak_gbps"]:
         words += (
             f"; they move {model['achieved_gbps']:.0f} GB/s, "
-            f"{model['achieved_gbps'] / model['peak_gbps']:.0%} of the peak"
+            f"{model['achieved_gbps'] / model['peak_gbps']:.0%} of the peak (estimated from "
+            "the operators' shapes)"
         )
     return words
+
+
+def _measured(
+    ctx: Context, model: dict[str, Any] | None
+) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """The DRAM bandwidth measured by the GPU metrics (`GpuMetrics.dram`) of the device the
+    model prices, else of the first device that has it; and which device that is."""
+    g = ctx.metrics.gpu_metrics
+    keys = [(model["rank"], model["device"])] if model else []
+    keys += [(r["rank"], r["device"]) for r in g.devices.iter_rows(named=True)]
+    for rank, device in keys:
+        found = g.dram(rank, device)
+        if found:
+            return found, {"rank": rank, "device": device}
+    return None, {}
+
+
+def _dram_words(dram: dict[str, Any] | None, where: dict[str, Any]) -> str:
+    """The measured DRAM in words."""
+    if not dram:
+        return ""
+    read, write = dram["read_share"], dram["write_share"]
+    return (
+        f"; measured by the GPU's counters (rank {where['rank']} GPU {where['device']}): DRAM "
+        f"read {read:.0%} + write {write:.0%} = {read + write:.0%} of the peak bandwidth "
+        f"({dram['samples']} samples {dram['where']})"
+    )
 
 
 def _chain_words(ctx: Context, chain: dict[str, Any] | None, layer: tuple[str, str] | None) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from traceanalyzer.analyses.gpu.gemm_units import non_tc_kernels
 from traceanalyzer.analyses.gpu.shapes import has_misaligned
@@ -27,7 +27,12 @@ class NoTensorCores(Rule):
     and why they were judged so: SIMT names (`volta_sgemm_*`, `implicit_convolve_sgemm`,
     `*_scudnn_*`, `ffma`, legacy cuDNN engines), or an FP32 launching operator with no TF32
     token in the kernel name. FP32 without TF32 is the usual cause; 16-bit GEMMs that still
-    miss the Tensor Cores usually have odd dimensions (see TA006).
+    miss the Tensor Cores usually have odd dimensions (see TA006). That verdict is an
+    estimate from names and dtypes; where the trace is an Nsight Systems export with GPU
+    metrics, the tensor pipes' activity the counters measured inside those kernels says
+    whether it holds (`evidence.tensor_active_measured_share`, `tensor_active_source`): at
+    `max_measured_tensor_active_share` or more, the kernels use the Tensor Cores after all
+    and the finding is an info.
 
     ## Why it matters
     Tensor Cores deliver 8–16x the FP32 SIMT throughput (an H100 does ~67 TFLOP/s FP32 and
@@ -82,6 +87,13 @@ class NoTensorCores(Rule):
             metadata={"help": "GEMM time as a share of kernel time for GEMMs to matter"},
         )
         top_kernels: int = field(default=3, metadata={"help": "kernels listed as evidence"})
+        max_measured_tensor_active_share: float = field(
+            default=0.2,
+            metadata={
+                "help": "tensor pipes active, measured by GPU metrics inside the kernels judged "
+                "off the Tensor Cores, at which they are taken to use them (an info)"
+            },
+        )
 
     # the host queues the step's work in 20 µs; the GPU then runs it back to back
     example_bad: ClassVar[list[Event]] = [
@@ -113,12 +125,16 @@ class NoTensorCores(Rule):
             half = any(k["op_dtype"] == "half" for k in kernels)
             odd = has_misaligned(ctx.metrics.shapes.matmuls, rank, device)
             why = "; ".join(f"{_short(k['name'])} ({k['evidence']})" for k in kernels)
+            inside = ctx.metrics.gpu_metrics.of_class(rank, device, "gemm_off_tensor_cores")
+            measured = inside["tensor_active_share"] if inside else None
+            contradicted = measured is not None and measured >= t.max_measured_tensor_active_share
             yield self.finding(
                 ctx,
                 f"rank {rank} GPU {device}: {off / gemm:.0%} of GEMM time ({off / 1e6:.2f} ms) "
                 f"is off the Tensor Cores; GEMMs are {gemm / kernel:.0%} of kernel time"
                 + (f"; e.g. {why}" if why else "")
-                + ("; misaligned shapes, see TA006" if odd else ""),
+                + ("; misaligned shapes, see TA006" if odd else "")
+                + _measured_words(measured, inside, contradicted),
                 {
                     "gemm_ns": gemm,
                     "tc_ns": d.tc_ns,
@@ -131,12 +147,35 @@ class NoTensorCores(Rule):
                     "half_precision_off_tc": half,
                     "odd_shapes": odd,
                     "threshold_share": t.min_non_tc_share,
+                    "tensor_active_measured_share": measured,
+                    "tensor_active_measured_samples": inside["samples"] if inside else None,
+                    "tensor_active_source": "measured" if measured is not None else "estimated",
                 },
                 Scope(rank, device),
                 d.impact_ns,
                 _advice(fp32, half, odd, advise.arch(ctx, rank, device)),
+                severity=Severity.INFO if contradicted else None,
                 ceiling_ns=d.ceiling_ns,
             )
+
+
+def _measured_words(
+    measured: float | None, inside: dict[str, Any] | None, contradicted: bool
+) -> str:
+    """What the GPU's counters measured inside the kernels judged off the Tensor Cores."""
+    if measured is None or inside is None:
+        return ""
+    if contradicted:
+        return (
+            f"; but the GPU's counters measured the tensor pipes {measured:.0%} active inside "
+            f"these kernels ({inside['samples']} samples): they use the Tensor Cores after "
+            "all (a kernel name the table misjudges); the verdict above is estimated from "
+            "names and dtypes"
+        )
+    return (
+        f"; measured by the GPU's counters: tensor pipes {measured:.0%} active inside these "
+        f"kernels ({inside['samples']} samples)"
+    )
 
 
 def _short(name: str, width: int = 48) -> str:

@@ -17,7 +17,7 @@ import polars as pl
 
 from traceanalyzer.analyses import context
 from traceanalyzer.analyses.causes import impact as causes_impact
-from traceanalyzer.analyses.counters import launch_shapes, ncu_results
+from traceanalyzer.analyses.counters import gpu_metrics, launch_shapes, ncu_results
 from traceanalyzer.analyses.critical_path import critical_path
 from traceanalyzer.analyses.distributed import collectives, imbalance, overlap
 from traceanalyzer.analyses.distributed.rank import Flagged, Options, RankPart
@@ -178,6 +178,9 @@ def _merge(
     facts = context.RunFacts.merge([p.facts for p in parts])
     graphs = context.replays_graphs(facts)
     once_model = startup.per_device(dev, once, once_idle)
+    counters = gpu_metrics.GpuMetrics(
+        **{k: _concat(parts, f"gpu_metrics.{k}") for k in gpu_metrics.GpuMetrics.SCHEMAS}
+    )
     found = causes_impact.Causes(
         host=_concat(parts, "host_causes"),
         names=_concat(parts, "cause_names"),
@@ -280,6 +283,8 @@ def _merge(
         launch_shapes=shaped,
         underfill_model=launch_shapes.underfill_impact(shaped.per_device, savings, counts),
         ncu=_ncu(parts) if opts.ncu else ncu_results.NcuJoin.empty(),
+        gpu_metrics=counters,
+        clock_model=gpu_metrics.clock_impact(counters, dev, counts),
     )
 
 

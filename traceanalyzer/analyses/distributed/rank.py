@@ -30,7 +30,7 @@ from traceanalyzer.analyses.causes import (
     recompute,
     step_kinds,
 )
-from traceanalyzer.analyses.counters import launch_shapes, ncu_join, ncu_results
+from traceanalyzer.analyses.counters import gpu_metrics, launch_shapes, ncu_join, ncu_results
 from traceanalyzer.analyses.critical_path import critical_path
 from traceanalyzer.analyses.critical_path.critical_graph import GraphInputs
 from traceanalyzer.analyses.distributed import collectives, imbalance, overlap
@@ -425,6 +425,9 @@ def _reduce(
             "zero_fill": lambda: host_work.zero_fill_kernels(
                 timeline, w.markers, w.linked, w.kernels
             ),
+            "gpu_metrics": lambda: gpu_metrics.gpu_metric_frames(
+                timeline.gpu_metrics, w.work, w.wins, w.steps, w.kernels, gpus
+            ),
         }
     )
     small_count, small_ns = done["small"]
@@ -482,6 +485,7 @@ def _reduce(
         "ncu_files": ncu.files,
         "ncu_kernels": ncu_results.kernel_summary(ncu.kernels),
         "ncu_devices": ncu_results.device_summary(ncu.kernels, ncu.files),
+        **{f"gpu_metrics.{k}": v for k, v in done["gpu_metrics"].items()},
     }
     ranks = timeline.events["rank"]
     return RankPart(

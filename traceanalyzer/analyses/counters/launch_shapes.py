@@ -199,8 +199,10 @@ def device_limits(infos: Sequence[DeviceInfo]) -> pl.DataFrame:
 
 
 def _volume(col: str) -> pl.Expr:
-    """x*y*z of a launch's [x, y, z] (null where not recorded)."""
-    return pl.col(col).list.eval(pl.element().cast(pl.Int64)).list.eval(pl.element().product())
+    """x*y*z of a launch's [x, y, z] (null where not recorded): three element reads, not a
+    list evaluation per row (a million kernels)."""
+    dims = [pl.col(col).list.get(i, null_on_oob=True).cast(pl.Int64).fill_null(1) for i in range(3)]
+    return pl.when(pl.col(col).is_not_null()).then(dims[0] * dims[1] * dims[2])
 
 
 def shaped(kernels: pl.LazyFrame, limits: pl.DataFrame) -> pl.LazyFrame:
@@ -208,8 +210,8 @@ def shaped(kernels: pl.LazyFrame, limits: pl.DataFrame) -> pl.LazyFrame:
     limits: blocks, threads_per_block, blocks_per_sm, limited_by, occupancy_share, waves,
     sm_fill_share (the module docstring). `kernels`: rank, device, grid, block, registers,
     shared_mem_bytes (and any other columns, kept)."""
-    blocks = _volume("grid").list.first()
-    threads = _volume("block").list.first()
+    blocks = _volume("grid")
+    threads = _volume("block")
     c = pl.col
     warps = (c("threads_per_block") + c("warp_size") - 1) // c("warp_size")
     regs = c("registers").cast(pl.Int64)

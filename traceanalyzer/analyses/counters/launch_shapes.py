@@ -309,26 +309,40 @@ def launch_shapes(
     inside the windows (`clipped_ns`, `is_comm`, `op_name`)."""
     key = ["rank", "device"]
     limits = device_limits(infos)
-    k = shaped(
-        kernels.lazy()
-        .filter(pl.col("kind") == "kernel")
-        .select(
-            *key,
-            "stream",
-            "start_ns",
-            "end_ns",
-            "clipped_ns",
-            "is_comm",
+    k = (
+        shaped(
+            kernels.lazy()
+            .filter(pl.col("kind") == "kernel")
+            .select(
+                *key,
+                "stream",
+                "start_ns",
+                "end_ns",
+                "clipped_ns",
+                "is_comm",
+                "grid",
+                "block",
+                "registers",
+                "shared_mem_bytes",
+                "local_mem_bytes",
+                "name",  # categorical until grouped: a million kernels' names as text cost 100 MB
+                "op_name",
+            ),
+            limits,
+        )
+        .drop(
             "grid",
             "block",
-            "registers",
-            "shared_mem_bytes",
-            "local_mem_bytes",
-            name=pl.col("name").cast(pl.String),
-            op_name=pl.col("op_name").cast(pl.String),
-        ),
-        limits,
-    ).collect()
+            "warp_size",
+            "max_warps",
+            "max_blocks",
+            "regs_per_sm",
+            "smem_per_sm",
+            "smem_reserved",
+            "limits",
+        )
+        .collect()
+    )
     fill = pl.col("sm_fill_share")
     low = (
         pl.when(pl.col("blocks") < pl.col("sms"))
@@ -443,22 +457,30 @@ def _per_name(k: pl.DataFrame, candidates: pl.DataFrame) -> pl.DataFrame:
         )
         .group_by(*key, "name", maintain_order=True)
         .agg(pl.col(_SHAPE).first(), shapes=pl.len().cast(pl.Int64))
+        .with_columns(pl.col("name").cast(pl.String))
     )
     ops = (
         k.filter(pl.col("op_name").is_not_null())
         .group_by(*key, "name", "op_name")
         .agg(op_ns=pl.col("clipped_ns").sum())
+        .with_columns(pl.col("name", "op_name").cast(pl.String))
         .sort("op_ns", "op_name", descending=[True, False])
         .group_by(*key, "name", maintain_order=True)
         .agg(pl.col("op_name").first())
     )
-    totals = k.group_by(*key, "name").agg(
-        count=pl.len().cast(pl.Int64), total_ns=pl.col("clipped_ns").sum()
+    totals = (
+        k.group_by(*key, "name")
+        .agg(count=pl.len().cast(pl.Int64), total_ns=pl.col("clipped_ns").sum())
+        .with_columns(pl.col("name").cast(pl.String))
     )
-    under = candidates.group_by(*key, "name").agg(
-        underfilled_count=pl.len().cast(pl.Int64),
-        underfilled_ns=pl.col("clipped_ns").sum(),
-        removed_ns=pl.col("removed_ns").sum(),
+    under = (
+        candidates.group_by(*key, "name")
+        .agg(
+            underfilled_count=pl.len().cast(pl.Int64),
+            underfilled_ns=pl.col("clipped_ns").sum(),
+            removed_ns=pl.col("removed_ns").sum(),
+        )
+        .with_columns(pl.col("name").cast(pl.String))
     )
     ranked = totals.sort(["total_ns", "name"], descending=[True, False]).with_columns(
         _rank=pl.int_range(1, pl.len() + 1).over(key)

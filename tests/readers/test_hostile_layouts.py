@@ -52,3 +52,28 @@ def test_arrays_nested_in_arrays_are_not_a_trace(tmp_path: Path) -> None:
 def test_a_device_is_not_a_file() -> None:
     with pytest.raises(TraceFormatError, match="not a regular file"):
         read(Path("/dev/zero"))
+
+
+@pytest.mark.parametrize(
+    ("names", "cc"),
+    [
+        (["nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", "sm80_xmma_gemm_f32"], "9.0"),
+        (["ampere_sgemm_128x64_nn", "void at::native::vectorized_elementwise_kernel<4>"], "8.0"),
+        (["volta_sgemm_128x64_nn"], "7.0"),
+        (["void cutlass::Kernel<cutlass::arch::Sm80>"], "8.0"),
+        (["void at::native::reduce_kernel<512, 1>", "triton_poi_fused_add_0"], None),
+    ],
+)
+def test_the_architecture_from_kernel_names(names: list[str], cc: str | None) -> None:
+    """A trace without device properties: the highest SM its kernels are built for."""
+    from traceanalyzer.readers.device_match import architecture_from_names
+
+    assert architecture_from_names(names) == cc
+
+
+def test_a_gpu_described_by_its_kernels(tmp_path: Path) -> None:
+    kernel = {**KERNEL, "name": "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n"}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": [kernel]}))
+    (d,) = read(path).meta.devices
+    assert (d.name, d.compute_capability) == ("Hopper GPU (sm_90)", "9.0")

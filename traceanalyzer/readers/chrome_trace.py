@@ -72,7 +72,7 @@ from traceanalyzer.readers.chrome_normalise import (
     without_duplicates,
 )
 from traceanalyzer.readers.chrome_tail import WHITESPACE, parse_header, parse_tail
-from traceanalyzer.readers.device_match import match_devices
+from traceanalyzer.readers.device_match import described_by_names, match_devices
 from traceanalyzer.readers.json_scan import SPACE, EventSplitter, WritableBytes, rewrite
 from traceanalyzer.readers.json_stream import (
     LayoutError,
@@ -795,6 +795,11 @@ def _to_timeline(part: Parsed, rank: int, rank_source: str, source_path: str) ->
     )
     used = events.filter(pl.col("kind").is_in(GPU_KINDS))["device"].drop_nulls().unique()
     devices, device_notes = match_devices(listed, used.to_list())
+    kernel_names = events.filter(pl.col("kind") == "kernel")["name"].unique()
+    devices, named_notes = described_by_names(
+        devices, used.to_list(), rank, kernel_names.cast(pl.String).to_list()
+    )
+    device_notes = [*device_notes, *named_notes]
     version = header.get("schemaVersion")
     meta = TraceMeta(
         path=source_path,

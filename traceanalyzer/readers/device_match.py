@@ -21,6 +21,7 @@ and otherwise leaves the device without a name, saying why. Each decision is a n
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
@@ -76,3 +77,67 @@ def match_devices(
         return (replace(first, device=missing[0]),), [note]
     added = tuple(replace(first, device=i) for i in missing)
     return tuple(sorted((*listed, *added), key=lambda d: d.device)), [note]
+
+
+#: Architectures by the SM version their kernels are built for (`sm90_xmma_...`,
+#: `nvjet_sm90_...`, `cutlass::arch::Sm80`), and the older cuBLAS/cuDNN name prefixes.
+ARCHITECTURES: dict[str, str] = {
+    "7.0": "Volta",
+    "7.5": "Turing",
+    "8.0": "Ampere",
+    "8.6": "Ampere",
+    "8.9": "Ada",
+    "9.0": "Hopper",
+    "10.0": "Blackwell",
+    "12.0": "Blackwell",
+}
+_SM_IN_NAME = re.compile(r"(?:^|[_:])[sS]m_?(\d{2,3})(?!\d)")
+_PREFIX_SM = {"volta_": "7.0", "turing_": "7.5", "ampere_": "8.0", "hopper_": "9.0"}
+
+
+def architecture_from_names(names: Iterable[str]) -> str | None:
+    """The compute capability the kernels' names give away ("9.0" for `sm90_xmma_*` or
+    `nvjet_sm90_*`), the highest seen (a library runs kernels built for an older SM on a
+    newer GPU, never the reverse); None where no name says."""
+    best: tuple[int, int] | None = None
+    for name in names:
+        found = [(int(m[:-1]), int(m[-1])) for m in _SM_IN_NAME.findall(name)]
+        found += [
+            tuple(int(x) for x in cc.split("."))  # type: ignore[misc]
+            for prefix, cc in _PREFIX_SM.items()
+            if name.startswith(prefix)
+        ]
+        for cc in found:
+            if f"{cc[0]}.{cc[1]}" in ARCHITECTURES and (best is None or cc > best):
+                best = cc
+    return f"{best[0]}.{best[1]}" if best else None
+
+
+def described_by_names(
+    devices: tuple[DeviceInfo, ...], used: Iterable[int], rank: int, kernel_names: Iterable[str]
+) -> tuple[tuple[DeviceInfo, ...], list[str]]:
+    """`devices` with an entry for each used device the trace does not describe, its
+    architecture read off the kernels' names ("Hopper GPU (sm_90)"), and a note that says
+    so; unchanged where no name tells."""
+    described = {d.device for d in devices}
+    missing = [i for i in sorted(set(used)) if i not in described]
+    if not missing:
+        return devices, []
+    cc = architecture_from_names(kernel_names)
+    if cc is None:
+        return devices, []
+    name = f"{ARCHITECTURES[cc]} GPU (sm_{cc.replace('.', '')})"
+    added = tuple(
+        DeviceInfo(rank=rank, device=i, name=name, compute_capability=cc) for i in missing
+    )
+    note = (
+        f"the trace describes no GPU for device(s) {_ids(missing)}: its kernel names say they "
+        "are built for "
+        f"sm_{cc.replace('.', '')}, {_article(ARCHITECTURES[cc])} {ARCHITECTURES[cc]} GPU "
+        "(model, SM count and peaks unknown)"
+    )
+    return (*devices, *added), [note]
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1] in "AEIOU" else "a"

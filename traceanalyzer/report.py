@@ -312,7 +312,7 @@ def _launch_rows(metrics: Metrics) -> dict[tuple[int, int], dict[str, Any]]:
             "sm_count": r["sms"],
             "limits_source": r["limits"],
             "shaped_ns": r["shaped_ns"],
-            "sm_fill_share": r["filled_ns"] / r["shaped_ns"] if r["sms"] else None,
+            "sm_fill_share": r["sm_fill_share"],
             "underfilled_count": r["underfilled_count"],
             "underfilled_ns": r["underfilled_ns"],
             "removed_ns": r["removed_ns"],

@@ -18,12 +18,12 @@ from traceanalyzer.analyses.counters import launch_shapes as ls
 from traceanalyzer.model import DeviceInfo
 from traceanalyzer.readers import read
 from traceanalyzer.rules.examples import (
-    HOST_PID,
     Event,
     device_properties,
     kernel,
     launch,
     step,
+    synchronize,
     write_example,
 )
 
@@ -118,19 +118,6 @@ def test_unknown_registers_and_amd_limits() -> None:
     assert r["sm_fill_share"] == pytest.approx(16 / 304)
 
 
-def _sync(ts: float, dur: float) -> Event:
-    return {
-        "ph": "X",
-        "cat": "cuda_runtime",
-        "name": "cudaDeviceSynchronize",
-        "pid": HOST_PID,
-        "tid": HOST_PID,
-        "ts": ts,
-        "dur": dur,
-        "args": {},
-    }
-
-
 def _report(tmp_path: Path, events: list[Event]) -> api.Done:
     return api.analyze_path(write_example([device_properties(), *events], tmp_path, "t"))
 
@@ -145,7 +132,7 @@ def test_a_kernel_beside_another_stream_is_priced_for_its_time_alone(tmp_path: P
         kernel(120, 1000, "one_block", corr=1, grid=[1, 1, 1], block=[256, 1, 1]),
         launch(108, 2, 2),
         kernel(120, 600, "full", stream=8, corr=2, grid=[4096, 1, 1], block=[256, 1, 1]),
-        _sync(112, 1010),
+        synchronize(112, 1010),
     ]
     row = _report(tmp_path, events).metrics.launch_shapes.per_device.row(0, named=True)
     assert row["underfilled_count"] == 1
@@ -165,7 +152,7 @@ def test_short_launches_and_chunk_remainders_are_not_underfilled(tmp_path: Path)
         kernel(130, 200, "chunked", corr=2, grid=[264, 1, 1], block=[512, 1, 1]),
         launch(103, 1, 3),
         kernel(340, 50, "chunked", corr=3, grid=[8, 1, 1], block=[512, 1, 1]),
-        _sync(104, 300),
+        synchronize(104, 300),
     ]
     done = _report(tmp_path, events)
     assert done.metrics.launch_shapes.per_device.row(0, named=True)["underfilled_count"] == 0
@@ -177,7 +164,7 @@ def test_the_report_carries_launch_shapes(tmp_path: Path) -> None:
         step(1, 100, 2040),
         launch(105, 2, 1),
         kernel(120, 1900, "loop_kernel", corr=1, grid=[1, 1, 1], block=[1024, 1, 1]),
-        _sync(110, 1915),
+        synchronize(110, 1915),
     ]
     doc = _report(tmp_path, events).report.to_json_dict()
     (dev,) = doc["devices"]
@@ -271,7 +258,7 @@ def test_nsight_compute_measures_the_underfilled_kernel(tmp_path: Path) -> None:
                     grid=[1, 1, 1],
                     block=[1024, 1, 1],
                 ),
-                _sync(110 + 2000 * i, 1915),
+                synchronize(110 + 2000 * i, 1915),
             )
         ],
     ]

@@ -80,6 +80,21 @@ def launch(
     }
 
 
+def synchronize(ts: float, dur: float, name: str = "cudaDeviceSynchronize") -> Event:
+    """The host waiting for the GPU (`torch.cuda.synchronize()`, `cudaStreamSynchronize`): a
+    runtime call without a correlation id."""
+    return {
+        "ph": "X",
+        "cat": "cuda_runtime",
+        "name": name,
+        "pid": HOST_PID,
+        "tid": HOST_PID,
+        "ts": ts,
+        "dur": dur,
+        "args": {},
+    }
+
+
 def step(n: int, ts: float, dur: float, *, pid: int = HOST_PID, tid: int = HOST_PID) -> Event:
     """A `ProfilerStep#n` annotation on the host."""
     return {

@@ -8,7 +8,13 @@ from typing import Any, ClassVar
 
 from traceanalyzer.rules.base import Context, Finding, Rule, Scope, Severity
 from traceanalyzer.rules.causes import duration
-from traceanalyzer.rules.examples import HOST_PID, Event, device_properties, launched, step
+from traceanalyzer.rules.examples import (
+    Event,
+    device_properties,
+    launched,
+    step,
+    synchronize,
+)
 
 #: Advice by who chose the launch shape (launch_shapes.origin).
 ADVICE_BY_ORIGIN = {
@@ -44,20 +50,6 @@ def _shape_words(k: dict[str, Any], sms: int | None) -> str:
     if k["occupancy_share"] is not None:
         words += f", theoretical occupancy {k['occupancy_share']:.0%}"
     return words
-
-
-def _synchronize(ts: float, dur: float) -> Event:
-    """The host waiting for the GPU (`torch.cuda.synchronize()`)."""
-    return {
-        "ph": "X",
-        "cat": "cuda_runtime",
-        "name": "cudaDeviceSynchronize",
-        "pid": HOST_PID,
-        "tid": HOST_PID,
-        "ts": ts,
-        "dur": dur,
-        "args": {},
-    }
 
 
 def _cause_words(k: dict[str, Any], sms: int | None) -> str:
@@ -134,13 +126,13 @@ class UnderfilledLaunches(Rule):
         device_properties(),
         step(1, 100, 1940),
         *launched(110, 120, 1900, 1, "loop_kernel", grid=[1, 1, 1], block=[1024, 1, 1]),
-        _synchronize(115, 1910),
+        synchronize(115, 1910),
     ]
     example_good: ClassVar[list[Event]] = [
         device_properties(),
         step(1, 100, 1940),
         *launched(110, 120, 1900, 1, "loop_kernel", grid=[16384, 1, 1], block=[1024, 1, 1]),
-        _synchronize(115, 1910),
+        synchronize(115, 1910),
     ]
 
     def check(self, ctx: Context, t: Thresholds) -> Iterable[Finding]:
@@ -152,14 +144,14 @@ class UnderfilledLaunches(Rule):
             if held is None or m.impact_ns > held.impact_ns:
                 best[m.rank] = m
         for rank, m in sorted(best.items()):
-            share = m.underfilled_ns / m.kernel_ns if m.kernel_ns else 0.0
+            share = m.kernel_share
             if share < t.min_kernel_share or not m.removed_ns:
                 continue
             dev = sms[(rank, m.device)]
             top = shapes.underfilled(rank, m.device)
             if not top:
                 continue
-            filled = dev["filled_ns"] / dev["shaped_ns"] if dev["shaped_ns"] else None
+            filled = dev["sm_fill_share"]
             first = top[0]
             measured = ctx.metrics.ncu.measured(rank, m.device, str(first["name"]))
             ncu_words = ""

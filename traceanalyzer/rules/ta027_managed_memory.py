@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from traceanalyzer.rules.base import Context, Finding, Rule, Scope, Severity
 from traceanalyzer.rules.causes import duration
-from traceanalyzer.rules.examples import HOST_PID, Event, gpu_op, launched, step
+from traceanalyzer.rules.examples import Event, gpu_op, launched, step, synchronize
 
 
 def _kernel_over_managed(migrations: int) -> list[Event]:
@@ -17,16 +17,7 @@ def _kernel_over_managed(migrations: int) -> list[Event]:
     out: list[Event] = [
         step(1, 100, 1100),
         *launched(105, 110, 1000, 1, "axpb(float*, unsigned long)"),
-        {
-            "ph": "X",
-            "cat": "cuda_runtime",
-            "name": "cudaStreamSynchronize",
-            "pid": HOST_PID,
-            "tid": HOST_PID,
-            "ts": 108,
-            "dur": 1005,
-            "args": {},
-        },
+        synchronize(108, 1005, "cudaStreamSynchronize"),
     ]
     for i in range(migrations):
         out.append(
@@ -121,7 +112,7 @@ class ManagedMemory(Rule):
                 f"({m.count / steps:.0f} per step, {m.bytes / steps / 1e6:.0f} MB per step), "
                 f"{duration(under)} per step of them under kernels that wait for the pages; "
                 f"one prefetch moves the same bytes in "
-                f"{duration(round(m.bytes / steps / m.link_gbps))} at {m.link_gbps:.0f} GB/s "
+                f"{duration(m.prefetch_ns)} at {m.link_gbps:.0f} GB/s "
                 f"({m.link_basis.split(':')[0]}){back}",
                 {
                     "migrations": m.count,

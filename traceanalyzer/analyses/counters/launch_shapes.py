@@ -102,6 +102,7 @@ DEVICE_SCHEMA: dict[str, pl.DataType] = {
     "kernel_ns": pl.Int64(),
     "shaped_ns": pl.Int64(),
     "filled_ns": pl.Int64(),
+    "sm_fill_share": pl.Float64(),
     "underfilled_count": pl.Int64(),
     "underfilled_ns": pl.Int64(),
     "alone_ns": pl.Int64(),
@@ -417,6 +418,12 @@ def _per_device(
             .cast(pl.Int64),
             pl.col("filled_ns").fill_null(0).cast(pl.Int64),
         )
+        .with_columns(
+            # the SMs the kernels kept busy over their time (null without an SM count)
+            sm_fill_share=pl.when((pl.col("sms") > 0) & (pl.col("shaped_ns") > 0)).then(
+                pl.col("filled_ns") / pl.col("shaped_ns")
+            )
+        )
         .select(list(DEVICE_SCHEMA))
         .sort(key)
         .collect()
@@ -507,7 +514,8 @@ def _per_name(k: pl.DataFrame, candidates: pl.DataFrame) -> pl.DataFrame:
 @dataclass(frozen=True, slots=True)
 class UnderfillImpact:
     """What filling the GPU with the underfilled launches saves on one device, per steady
-    step: `kernel_ns`, `underfilled_ns` (their time), `removed_ns` (the GPU time the model
+    step: `kernel_ns`, `underfilled_ns` (their time), `kernel_share` (their share of the
+    kernel time), `removed_ns` (the GPU time the model
     removes), `bound_share` (the share of kernel time that bounds the step: the critical
     path's `gpu_compute_2x` what-if, `critical_path.bounding_share`), `impact_ns` (removed
     times bound share) and `ceiling_ns` (their time: no fill saves more)."""
@@ -517,6 +525,7 @@ class UnderfillImpact:
     steps: int
     kernel_ns: int
     underfilled_ns: int
+    kernel_share: float
     removed_ns: int
     bound_share: float
     impact_ns: int
@@ -543,6 +552,7 @@ def underfill_impact(
                 steps=per,
                 kernel_ns=r["kernel_ns"] // per,
                 underfilled_ns=r["underfilled_ns"] // per,
+                kernel_share=r["underfilled_ns"] / r["kernel_ns"] if r["kernel_ns"] else 0.0,
                 removed_ns=removed,
                 bound_share=share,
                 impact_ns=min(round(removed * share), r["underfilled_ns"] // per),
@@ -558,7 +568,8 @@ class LaunchShapes:
 
     - `per_device`: DEVICE_SCHEMA: the SM count and where the limits came from, the kernel
       time, the part with a recorded shape, its SM-fill-weighted time (`filled_ns`: the
-      busy GPU's SMs at work, in SM-time), the underfilled launches' count and time, the
+      busy GPU's SMs at work, in SM-time) and its share of that time (`sm_fill_share`, null
+      without an SM count), the underfilled launches' count and time, the
       part of it they ran alone and the time the fill model removes;
     - `kernels`: KERNEL_SCHEMA: per device, the kernels with most time and every
       underfilled one, with the shape of their launches with the most time.

@@ -228,6 +228,7 @@ class ManagedImpact:
       touching pages a kernel left on the GPU: CPU page faults);
     - `link_gbps`, `link_basis`: the rate one bulk prefetch of the same bytes reaches
       (measured from the trace's pinned copies, else the link assumed for the GPU);
+    - `prefetch_ns`: the same bytes at `link_gbps`, per step (one bulk prefetch);
     - `excess_ns`: the migrations' time under kernels less the same bytes at `link_gbps`;
       `impact_ns`, `ceiling_ns`: it and the migrations' time under kernels, per step.
     """
@@ -243,6 +244,7 @@ class ManagedImpact:
     back_ns: int
     link_gbps: float
     link_basis: str
+    prefetch_ns: int
     excess_ns: int
     steps: int
     impact_ns: int | None
@@ -308,6 +310,7 @@ def managed_impact(
                 back_ns=b[2],
                 link_gbps=gbps,
                 link_basis=basis,
+                prefetch_ns=round(size / gbps) // (counts.on(rank, device) or 1),
                 excess_ns=excess,
                 steps=counts.on(rank, device),
                 impact_ns=counts.per_step(excess, rank, device),

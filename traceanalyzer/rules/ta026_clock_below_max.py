@@ -72,8 +72,9 @@ class ClockBelowMax(Rule):
     copy/cast and communication ones, which wait for DRAM, links or peers); the ceiling the
     same with all the busy time sped up, never above the busy time
     (`analyses/counters/gpu_metrics.py`: `clock_impact`). Under a heavy Tensor Core load
-    (busy tensor active at least `heavy_tensor_active_share`) the finding is info whatever
-    its price: a dense GEMM load at the power limit is the GPU working as designed.
+    (busy tensor active at least `heavy_tensor_active_share`) the finding is an unpriced
+    info: a dense GEMM load at the power limit is the GPU working as designed, and no fix the
+    user can make changes it (the model's figure stays in `evidence.clock_cost_ns`).
     """
 
     code = "TA026"
@@ -136,6 +137,9 @@ class ClockBelowMax(Rule):
                     "tensor_active_share": c.tensor_active_share,
                     "clock_bound_share": c.clock_bound_share,
                     "heavy_tensor_load": heavy,
+                    # what the clock's deficit costs by the model; unpriced where it is the
+                    # power limit of a dense GEMM load: no fix the user can make changes it
+                    "clock_cost_ns": c.impact_ns,
                     "measured": "gpu_metrics",
                     # the verdict's words (report.verdict)
                     "clock_words": f"GPC clock {clock / 1e6:.0f} of {top / 1e6:.0f} MHz while "
@@ -143,10 +147,10 @@ class ClockBelowMax(Rule):
                     "threshold_deficit_share": t.min_clock_deficit_share,
                 },
                 Scope(c.rank, c.device),
-                c.impact_ns,
+                None if heavy else c.impact_ns,
                 advice=_advice(c, heavy) or None,
                 severity=Severity.INFO if heavy else None,
-                ceiling_ns=c.ceiling_ns,
+                ceiling_ns=None if heavy else c.ceiling_ns,
             )
 
 

@@ -21,9 +21,9 @@ step is the loop's), and it is one of:
   convolution (390 ms against 50 µs later);
 - the only call in the trace of an operator that sets a library up when first called
   (`LIBRARY_FIRST_CALLS`: cuDNN's convolutions and batch norm, cuBLAS's matrix products,
-  attention, the first collective's NCCL communicator), or any of its calls where the
-  window holds one pass of the program (one step, or no step markers: each call is then the
-  first with its shapes): a trace of one cold call (a CNN's first inference in a fresh
+  attention, the first collective's NCCL communicator), or, where the window holds one
+  pass of the program (one step, or no step markers), its first call with its input
+  shapes: a trace of one cold call (a CNN's first inference in a fresh
   process) has no later call to compare it with, and the GPU idling inside it, with no
   launch, is the library's set-up (cuDNN's plans, cuBLAS's handle), done once. Where the
   shapes change every step, several steps show it as the loop's (TA022).
@@ -144,14 +144,16 @@ def one_time_calls(
     # operators whose call takes FACTOR times their usual one while the GPU idles: a first
     # call that initialises a library or autotunes (cudnn.benchmark's first convolution)
     library = pl.col("name").str.contains(LIBRARY_FIRST_CALLS)
-    once = library & ((pl.col("n") == 1) | pl.lit(single_pass))
     first = (
         long_calls(events, [Kind.CPU_OP.value])
-        .filter((early(long) | once) & ~named)
+        .filter((early(long) | (library & (pl.col("n") == 1))) & ~named)
         .with_columns(first_call=pl.lit(True))
     )
     cols = ["rank", "pid", "tid", "start_ns", "end_ns", "name", "first_call"]
-    found = pl.concat([f.select(cols) for f in (calls, ranges, first)]).collect()
+    parts = [calls, ranges, first]
+    if single_pass:
+        parts.append(_first_with_shapes(events))
+    found = pl.concat([f.select(cols) for f in parts]).unique(maintain_order=True).collect()
     if found.height == 0:
         return pl.DataFrame(schema=SCHEMA)
     found = found.with_row_index("_call")
@@ -235,6 +237,33 @@ def one_time_calls(
         )
         .collect()
         .cast(SCHEMA)  # type: ignore[arg-type]
+    )
+
+
+def _first_with_shapes(events: pl.LazyFrame) -> pl.LazyFrame:
+    """The long calls (MIN_NS) of library operators (LIBRARY_FIRST_CALLS) that are the first
+    of their name with their input shapes: in one pass of a program each is a library
+    setting itself up for those shapes (a trace without step markers that holds several
+    iterations repeats the shapes, and only the first iteration's calls are first)."""
+    dur = pl.col("end_ns") - pl.col("start_ns")
+    ops = events.filter(pl.col("kind") == Kind.CPU_OP.value)
+    long = ops.filter(
+        (dur >= MIN_NS) & pl.col("name").cast(pl.String).str.contains(LIBRARY_FIRST_CALLS)
+    )
+    keys = ["rank", "name", "input_dims"]
+    shaped = ops.join(long.select(keys).unique(), on=keys, how="semi", nulls_equal=True)
+    return (
+        shaped.with_columns(order=pl.col("start_ns").rank("ordinal").over(keys))
+        .filter((pl.col("order") == 1) & (dur >= MIN_NS))
+        .select(
+            "rank",
+            "pid",
+            "tid",
+            "start_ns",
+            "end_ns",
+            name=pl.col("name").cast(pl.String),
+            first_call=pl.lit(True),
+        )
     )
 
 

@@ -32,8 +32,12 @@ class FindingGroup:
 
     @property
     def ranks(self) -> list[int]:
-        """The ranks the members are about (job-wide findings name none)."""
-        return sorted({f.scope.rank for f in self.members if f.scope.rank is not None})
+        """The ranks the members are about: each one's scope, or the ranks a finding folded
+        from several names (`evidence.ranks`); job-wide findings name none."""
+        ranks = {f.scope.rank for f in self.members if f.scope.rank is not None}
+        for f in self.members:
+            ranks.update(f.evidence.get("ranks") or ())
+        return sorted(ranks)
 
     @property
     def impacts(self) -> list[int]:

@@ -18,6 +18,7 @@ from traceanalyzer.rules.base import (
     Severity,
 )
 from traceanalyzer.rules.causes import cause_first
+from traceanalyzer.rules.one_price import one_price
 from traceanalyzer.rules.ta001_gpu_starvation import GpuStarvation
 from traceanalyzer.rules.ta002_host_sync import HostSync
 from traceanalyzer.rules.ta003_launch_overhead import LaunchOverhead
@@ -157,6 +158,8 @@ def run_rules(ctx: Context, settings: Settings) -> list[Finding]:
             findings.extend(f for f in found if rule.below_floor or not _trivial(ctx, f, policy))
     # a wall's time that a cause explains is the cause's: priced once, by the cause
     findings = cause_first(ctx, findings)
+    # one cause on several ranks is one finding; two findings of one interval, one price
+    findings = one_price(ctx, findings)
     t012 = thresholds_for(TraceQuality, settings)
     if damaged(ctx.meta.quality, t012.max_dropped_gpu_share):
         # the trace lost GPU events it needs: a verdict only on what was read, so no

@@ -72,8 +72,12 @@ def _in_step(
     return launched is not None and any(lo <= launched < hi for lo, hi in steps.values())
 
 
-def device_numbers(doc: dict[str, Any], rank: int = 0) -> dict[tuple[int, int], dict[str, Any]]:
-    """Per (rank, device): window, busy_ns, idle_share, kernel_count, steps — by plain loops."""
+def device_numbers(
+    doc: dict[str, Any], rank: int = 0, iterations: dict[int, tuple[int, int]] | None = None
+) -> dict[tuple[int, int], dict[str, Any]]:
+    """Per (rank, device): window, busy_ns, idle_share, kernel_count, steps — by plain loops.
+    `iterations`: the host ranges of the steps where the trace has no step markers (step ->
+    (start_ns, end_ns)), in place of the markers."""
     gpu: list[dict[str, Any]] = []
     launch_at: dict[int, int] = {}
     steps: dict[int, tuple[int, int]] = {}
@@ -100,12 +104,14 @@ def device_numbers(doc: dict[str, Any], rank: int = 0) -> dict[tuple[int, int], 
         elif cat in LAUNCH_CATS and args.get("correlation") is not None:
             c = args["correlation"]
             launch_at[c] = min(launch_at.get(c, start), start)
-        elif cat in STEP_CATS:
+        elif cat in STEP_CATS and iterations is None:
             m = STEP_RE.match(str(ev.get("name", "")))
             if m:
                 n = int(m.group(1))
                 lo, hi = steps.get(n, (start, end))
                 steps[n] = (min(lo, start), max(hi, end))
+    if iterations:
+        steps = dict(iterations)
     by_dev: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for op in gpu:
         by_dev[op["dev"]].append(op)
@@ -165,7 +171,7 @@ def device_numbers(doc: dict[str, Any], rank: int = 0) -> dict[tuple[int, int], 
             "kernel_count": len(kernels),
             "kernel_ns": sum(min(k["e"], w_hi) - max(k["s"], w_lo) for k in kernels),
             "steps": step_rows,
-            "basis": "steps" if spans else "trace",
+            "basis": ("iterations" if iterations else "steps") if spans else "trace",
         }
     return out
 

@@ -16,6 +16,7 @@ JSON format versions (`FORMAT_VERSION`):
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict
@@ -55,6 +56,7 @@ class WindowDict(TypedDict):
     start_ns: int | None
     end_ns: int | None
     basis: str
+    iterations_from: str | None
     excluded_steps: list[ExcludedStepDict]
 
 
@@ -372,7 +374,7 @@ def _diagnosis(f: Finding, basis: str) -> dict[str, Any]:
     out = f.to_json()
     keys = list(out)
     at = keys.index("impact_ns") + 1
-    out["impact_per"] = "step" if basis == "steps" else "window"
+    out["impact_per"] = {"steps": "step", "iterations": "iteration"}.get(basis, "window")
     return {k: out[k] for k in [*keys[:at], "impact_per", *keys[at:]]}
 
 
@@ -736,6 +738,22 @@ def _fill_words(devices: Sequence[Mapping[str, Any]]) -> str:
         return ""
     which = "its" if len(devices) == 1 else "a GPU's"
     return f", but {which} kernels fill {fill:.0%} of the SMs"
+
+
+#: A step as a unit in the headline ("12.3 ms steps (4 steps: ...)", "per step").
+_STEP_UNIT = re.compile(r"\b(\d+ )?steps?\b(?=[ :);,]|$)")
+
+
+def per_iteration(v: VerdictDict, basis: str) -> VerdictDict:
+    """The verdict of a trace whose steps are its repeated calls (no step markers): said in
+    iterations, never in steps."""
+    if basis != "iterations":
+        return v
+    words = _STEP_UNIT.sub(
+        lambda m: (m.group(1) or "") + ("iterations" if m.group(0).endswith("s") else "iteration"),
+        v["headline"],
+    )
+    return {**v, "headline": words}
 
 
 def verdict(
@@ -1224,6 +1242,7 @@ def build_report(
             "start_ns": span[0],
             "end_ns": span[1],
             "basis": metrics.basis,
+            "iterations_from": metrics.iterations,
             "excluded_steps": [
                 {
                     "rank": r["rank"],
@@ -1318,8 +1337,9 @@ def build_report(
         findings=tuple(findings or ()),
         critical_path=tuple(critical_path or ()),
         context=dict(context or {}),
-        verdict=verdict(
-            devices, list(critical_path or ()), list(findings or ()), dict(context or {})
+        verdict=per_iteration(
+            verdict(devices, list(critical_path or ()), list(findings or ()), dict(context or {})),
+            metrics.basis,
         ),
         timeline_bins=tuple(_rows(metrics.idle.timeline_bins)),
         memory_growth=tuple(_rows(metrics.memory.growth)),

@@ -19,7 +19,7 @@ UNPRICED = {"none"}
 
 
 def _check(doc: dict) -> None:
-    per = "step" if doc["window"]["basis"] == "steps" else "window"
+    per = {"steps": "step", "iterations": "iteration"}.get(doc["window"]["basis"], "window")
     for f in doc["diagnoses"]:
         assert f["impact_per"] == per, f["rule"]
         assert f["claims"], f["rule"]

@@ -105,7 +105,9 @@ def check_frame(name: str, frame: pl.DataFrame) -> None:
 class Metrics:
     """Results of `analyze()`; frames are summaries, never whole event tables.
 
-    - `basis`: "steps" when step markers defined the window, else "trace".
+    - `basis`: "steps" when step markers defined the window, "iterations" when the trace has
+      none but its calls repeat (`iterations`: the call range whose repeats are the steps,
+      timeline/iterations.py), else "trace".
     - `steps`: each device's window, its steady steps, the warm-up and outlier steps left
       out, the GPU work outside the windows and the steps each window holds
       (analyses/timeline/windows.py: windows.Steps).
@@ -239,3 +241,4 @@ class Metrics:
     ncu: NcuJoin
     gpu_metrics: GpuMetrics
     clock_model: tuple[ClockImpact, ...]
+    iterations: str | None = None

@@ -28,7 +28,7 @@ from traceanalyzer.render.markdown_html import markdown_html
 from traceanalyzer.render.ranks import HEADINGS as RANK_HEADINGS
 from traceanalyzer.render.ranks import cells as rank_cells
 from traceanalyzer.render.ranks import folded_note, rank_table
-from traceanalyzer.render.units import duration, percent, printable, sentences
+from traceanalyzer.render.units import duration, percent, printable, saves_heading, sentences
 from traceanalyzer.report import Report
 from traceanalyzer.rules import BY_CODE, Severity
 from traceanalyzer.rules.rule_pages import rule_page
@@ -230,6 +230,8 @@ def _header(r: Report) -> list[tuple[str, str]]:
         "from the first to the last step marker, each device's from its first steady step's "
         "GPU work"
         if w["basis"] == "steps"
+        else f"no step markers: iterations are the repeated calls of {w['iterations_from']}"
+        if w["basis"] == "iterations"
         else "no step markers: first to last GPU work per device"
     )
     step_names = {s["name"] for s in r.steps}
@@ -536,7 +538,7 @@ def page_context(report: Report) -> dict[str, Any]:
         "r": r,
         "header": _header(r),
         "findings": _findings(r),
-        "saves_heading": "saves / step" if r.window["basis"] == "steps" else "saves (window)",
+        "saves_heading": saves_heading(r.window["basis"]).replace("/", " / "),
         "rule_docs": [
             (code, BY_CODE[code].slug, _rule_doc(code)) for code in codes if code in BY_CODE
         ],

@@ -15,6 +15,7 @@ from traceanalyzer.render.grouping import group_findings, ranks_text
 from traceanalyzer.render.kernel_names import short_names
 from traceanalyzer.render.ranks import HEADINGS, cells, folded_note, rank_table, step_heading
 from traceanalyzer.render.units import (
+    UNIT,
     duration,
     percent,
     printable,
@@ -160,7 +161,14 @@ def _lines(r: Report, width: int = PLAIN_WIDTH) -> list[str]:
     lines.append(f"source   {src['format']} trace, {producer}; {ranks}")
     w = r.window
     span = (w["end_ns"] or 0) - (w["start_ns"] or 0)
-    if w["basis"] == "steps":
+    if w["basis"] == "iterations":
+        how = (
+            f"no step markers: the repeated calls of {w['iterations_from']} are its "
+            f"iterations ({_step_count(r).replace('step', 'iteration')}), each device's from "
+            "its first steady one's GPU work"
+        )
+        how += "".join(f"; {words}" for words in excluded_words(w["excluded_steps"]))
+    elif w["basis"] == "steps":
         how = (
             f"from the first to the last step marker ({_step_count(r)}), each device's from"
             " its first steady step's GPU work"
@@ -618,7 +626,7 @@ def batch_lines(summary: pl.DataFrame, width: int) -> list[str]:
             rows.append([r["run"], "failed", "", "", str(r["error"])])
             continue
         verdict = (r["bound_by"] or "-") + (f" ({r['cause']})" if r["cause"] else "")
-        per = "/step" if r["basis"] == "steps" else " (window)"
+        per = f"/{UNIT[r['basis']]}" if r["basis"] in UNIT else " (window)"
         saves = duration(r["top_impact_ns"]) + per if r["top_impact_ns"] is not None else ""
         step = duration(r["step_ns"]) if r["step_ns"] is not None else "-"
         rows.append([r["run"], verdict, step, saves, r["top_diagnosis"] or "no finding"])

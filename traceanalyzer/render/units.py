@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import re
 
+#: A window basis -> the unit of its savings: a step, an iteration (no step markers, but
+#: calls that repeat), or the whole window.
+UNIT = {"steps": "step", "iterations": "iteration"}
+
 
 def per(basis: str) -> str:
-    """The unit of a saving: "/step" where the window is made of steps, " over the window"
-    where the trace has no step markers (its savings are the window's, not a step's)."""
-    return "/step" if basis == "steps" else " over the window"
+    """The unit of a saving: "/step" where the window is made of steps, "/iteration" where
+    its repeated calls are (no step markers), " over the window" where neither (its savings
+    are the window's, not a step's)."""
+    return f"/{UNIT[basis]}" if basis in UNIT else " over the window"
 
 
 def saving_text(impact_ns: int, basis: str = "steps") -> str:
@@ -32,7 +37,7 @@ def saving_range_text(impacts: list[int], basis: str = "steps") -> str:
 
 def saves_heading(basis: str) -> str:
     """The heading of a table's saving column."""
-    return "saves/step" if basis == "steps" else "saves (window)"
+    return f"saves/{UNIT[basis]}" if basis in UNIT else "saves (window)"
 
 
 def duration(ns: int | None) -> str:

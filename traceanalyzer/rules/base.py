@@ -320,6 +320,9 @@ class Rule:
         if ctx.metrics.basis == "trace":
             # no step markers: the window is the one "step" every figure is counted over
             message = _PER_STEP.sub(" in the window", message)
+        elif ctx.metrics.basis == "iterations":
+            # no step markers, but calls that repeat: each is a step, and said so
+            message = _PER_STEP.sub(" per iteration", message)
         return Finding(
             rule=self.code,
             slug=self.slug,

@@ -89,7 +89,7 @@ class GpuStarvation(Rule):
             between, inside = d.between_steps_ns, d.inside_steps_ns
             if share is None or share < t.min_host_wait_share:
                 continue
-            stepped = ctx.metrics.basis == "steps"
+            stepped = ctx.metrics.basis != "trace"
             where = []
             if between:
                 where.append(f"{between / 1e6:.2f} ms between steps (input pipeline)")

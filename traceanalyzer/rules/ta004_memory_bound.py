@@ -235,7 +235,9 @@ def _dram_words(dram: dict[str, Any] | None, where: dict[str, Any]) -> str:
 def _chain_words(ctx: Context, chain: dict[str, Any] | None, layer: tuple[str, str] | None) -> str:
     if not chain:
         return ""
-    per = "per step" if ctx.metrics.basis == "steps" else "over the window"
+    per = {"steps": "per step", "iterations": "per iteration"}.get(
+        ctx.metrics.basis, "over the window"
+    )
     return (
         f"; the chain that fusion shortens most: {chain['pattern']} "
         f"({chain['chains_per_step']:.0f} {per}, {chain['kernel_ns_per_step'] / 1e6:.2f} ms "

@@ -33,7 +33,9 @@ class TraceQuality(Rule):
     ## What it detects
     Problems with the capture rather than the workload: a file cut off mid-event (the events
     before the cut were kept); too few profiled steps (fewer than a threshold), or no step
-    markers at all (the whole trace is the window and there is no per-step impact); events
+    markers at all (the whole trace is the window and there is no per-step impact, unless
+    its calls repeat: then the steps are its iterations, found from a call range that repeats,
+    analyses/timeline/iterations.py, and the finding says so); events
     the reader dropped (unknown categories, zero timestamps, negative durations); and, where
     the metrics carry the clock check, GPU work that starts before the host call that
     launched it by more than a tolerance (host and device clocks disagree); and one-time
@@ -173,12 +175,22 @@ class TraceQuality(Rule):
                 "NVTX ranges named step_N for Nsight; --step-pattern matches other names.",
             )
             return
+        if ctx.metrics.basis == "iterations":
+            yield self.finding(
+                ctx,
+                f"no step markers: the steps are the repeated calls of {ctx.metrics.iterations} "
+                "(iterations found from what repeats), and every impact is per iteration",
+                {"steps": 0, "iterations_from": ctx.metrics.iterations},
+                severity=Severity.INFO,
+                advice="Call prof.step() every iteration (ProfilerStep#N), or wrap steps in "
+                "NVTX ranges named step_N for Nsight, for a window the trace itself marks.",
+            )
         for rank, n in sorted(ctx.metrics.steps.counts.ranks.items()):
             if n < t.min_steps:
                 yield self.finding(
                     ctx,
-                    f"rank {rank}: only {n} profiled step(s); per-step numbers rest on a "
-                    f"small sample (at least {t.min_steps} wanted)",
+                    f"rank {rank}: only {n} profiled {_unit(ctx)}(s); per-{_unit(ctx)} numbers "
+                    f"rest on a small sample (at least {t.min_steps} wanted)",
                     {"steps": n, "threshold_steps": t.min_steps},
                     Scope(rank=rank),
                     severity=Severity.INFO,
@@ -227,7 +239,7 @@ class TraceQuality(Rule):
                 for c in d.calls
             )
             dominates = once >= t.startup_dominates_share * window
-            stepped = ctx.metrics.basis == "steps"
+            stepped = ctx.metrics.basis != "trace"
             yield self.finding(
                 ctx,
                 f"rank {rank} GPU {device}: the window holds start-up: "
@@ -281,3 +293,8 @@ class TraceQuality(Rule):
 def damaged(q: DataQuality, share: float) -> bool:
     """Whether the reader lost at least `share` of the trace's GPU events (and one)."""
     return q.dropped_gpu > 0 and q.dropped_gpu >= share * (q.dropped_gpu + q.gpu_events)
+
+
+def _unit(ctx: Context) -> str:
+    """What a step is called: an iteration where repeated calls are the steps."""
+    return "iteration" if ctx.metrics.basis == "iterations" else "step"

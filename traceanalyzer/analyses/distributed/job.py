@@ -157,6 +157,8 @@ def _merge(
     if slowest is None and rank_waits.height > 1:
         slowest = int(rank_waits.sort("wait_ns", "rank")["rank"][0])
     by_steps = any(p.has_steps for p in parts)
+    # no step markers, but calls that repeat on a rank: its iterations are the steps
+    iterated = next((p.iterations for p in parts if p.iterations and p.has_steps), None)
     counts = step_counts(steps, by_steps)
     copied = _concat(parts, "copies")
     savings = critical_path.mean_savings(paths.what_if)
@@ -196,7 +198,8 @@ def _merge(
         per_device=_concat(parts, "launch_devices"), kernels=_concat(parts, "launch_kernels")
     )
     return Metrics(
-        basis="steps" if by_steps else "trace",
+        basis=("iterations" if iterated else "steps") if by_steps else "trace",
+        iterations=iterated,
         steps=windows.Steps(
             windows=wins,
             steady=steps,

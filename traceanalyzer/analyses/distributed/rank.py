@@ -51,7 +51,7 @@ from traceanalyzer.analyses.gpu import (
     tensor_cores,
 )
 from traceanalyzer.analyses.host import host_phases
-from traceanalyzer.analyses.timeline import clock, startup, steady, windows
+from traceanalyzer.analyses.timeline import clock, iterations, startup, steady, windows
 from traceanalyzer.errors import ConfigError
 from traceanalyzer.model import DeviceInfo, Timeline, TraceMeta
 from traceanalyzer.timings import stage
@@ -163,6 +163,8 @@ class RankPart:
     facts: context.RunFacts
     graph: GraphInputs | None = None
     paths: critical_path.CriticalPaths | None = field(default=None, repr=False)
+    #: Without step markers, the call range whose repeats are the steps (None: markers).
+    iterations: str | None = None
 
 
 def analyze_rank(
@@ -178,7 +180,7 @@ def analyze_rank(
     whole trace. None: as this rank's own steps say (the job stage runs the rank again where
     that differs)."""
     with stage("analyze: steady steps"):
-        markers, keys, state, table, found = _steady_steps(timeline, opts, flagged)
+        markers, keys, state, table, found, iterated = _steady_steps(timeline, opts, flagged)
         syncs = idle.sync_calls(timeline).collect().lazy()
     with stage("analyze: linked work"):  # once: the critical path and the windows read it
         linked = windows.linked_work(timeline, markers, keys)
@@ -192,6 +194,8 @@ def analyze_rank(
     graph = None if solo else path.result().graph
     with stage("analyze: rank results"):
         part = _reduce(shared, results, table, found, graph, timeline, opts)
+    if iterated:
+        part = dataclasses.replace(part, iterations=iterated)
     if solo:
         part = dataclasses.replace(part, paths=path.result().paths)
     return part
@@ -274,12 +278,20 @@ def _solved(
 
 def _steady_steps(
     timeline: Timeline, opts: Options, flagged: Flagged | None
-) -> tuple[pl.LazyFrame, pl.DataFrame | None, steady.SteadyState, steady.StepTable, int]:
+) -> tuple[
+    pl.LazyFrame, pl.DataFrame | None, steady.SteadyState, steady.StepTable, int, str | None
+]:
     """The step markers, the GPU work's launch keys, the steady state (warm-up and outlier
-    steps left out of both), the steady state's table and the number of markers found."""
+    steps left out of both), the steady state's table, the number of markers found and,
+    where the trace has no step markers and its calls repeat, the name of the call range
+    whose repeats are its iterations (`iterations.repeated_calls`)."""
     pattern = opts.step_pattern or windows.default_step_pattern(timeline.meta.format)
     check_pattern(pattern)
     found = windows.step_markers(timeline, pattern).collect()
+    iterated = None
+    if found.height == 0 and opts.step_pattern is None:
+        # no step markers: the calls that repeat are the iterations, where some do
+        found, iterated = iterations.repeated_calls(timeline)
     markers = found.lazy()
     keys = windows.launch_keys(timeline, markers)
     ops = _step_ops(timeline, markers, keys, opts.all_steps)
@@ -290,7 +302,7 @@ def _steady_steps(
     if state.excluded.height:
         markers = state.markers.lazy()
         keys = _drop_steps(timeline, keys, state.excluded)
-    return markers, keys, state, table, found.height
+    return markers, keys, state, table, found.height, iterated
 
 
 def _windowed(

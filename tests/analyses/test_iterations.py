@@ -1,0 +1,143 @@
+"""Iterations from what repeats (`analyses/timeline/iterations.py`): a trace without step
+markers whose calls repeat is analysed per iteration, its slow first call left out of the
+steady prices and said so; a single pass is never split into its layers."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from traceanalyzer import api
+from traceanalyzer.analyses.timeline.iterations import repeated_calls
+from traceanalyzer.rules.examples import (
+    Event,
+    cpu_op,
+    device_properties,
+    launched,
+    synchronize,
+    write_example,
+)
+
+GPU = Path(__file__).resolve().parents[1] / "data" / "gpu"
+
+
+def _calls(
+    first_gap_us: float, n: int = 3, region: str = "Torch-Compiled Region: 0/0"
+) -> list[Event]:
+    """`n` calls of a compiled region, each 40 kernels of 80 µs launched 125 µs apart (about
+    1.8 ms of GPU idle a call) and a sync; the first call holds the host `first_gap_us`
+    longer before its first launch (a cold library call: 43 ms against 5 ms)."""
+    events: list[Event] = [device_properties()]
+    t, corr = 100.0, 1
+    for c in range(n):
+        start = t
+        t += first_gap_us if c == 0 else 0
+        for k in range(40):
+            events += launched(t + k * 125, t + k * 125 + 10, 80, corr, "triton_poi_fused_0")
+            corr += 1
+        t += 40 * 125
+        events.append(cpu_op(start, t - start, region))
+        events.append(synchronize(t, 50))
+        t += 60
+    return events
+
+
+def test_a_slow_first_call_is_left_out_and_prices_are_per_iteration(tmp_path: Path) -> None:
+    """The issue's compiled ResNet without step markers: three calls, the first 43 ms, the
+    others 5 ms. The calls are the iterations, the first is warm-up, and no price is above
+    the steady idle of a call (it was "launch-bound, saves 37.6 ms")."""
+    path = write_example(_calls(38_000), tmp_path, "compiled_calls")
+    rep = api.report(path)
+    doc = rep.to_json_dict()
+    assert doc["window"]["basis"] == "iterations"
+    assert doc["window"]["iterations_from"] == "Torch-Compiled Region: 0/0"
+    assert [s["name"] for s in doc["window"]["excluded_steps"]] == ["iteration 1"]
+    steady = [s for s in doc["steps"] if not s["warmup"]]
+    assert len(steady) == 2
+    assert rep.verdict is not None and 4.9e6 <= rep.verdict["step_ns"] <= 5.3e6
+    idle = sum(d["idle_ns"] for d in doc["devices"]) / len(steady)
+    assert 1.5e6 <= idle <= 2.0e6  # the steady idle of a call
+    for f in doc["diagnoses"]:
+        assert f["impact_per"] == "iteration"
+        assert f["impact_ns"] is None or f["impact_ns"] <= idle, f["rule"]
+    assert any("repeated calls of Torch-Compiled Region" in f["message"] for f in doc["diagnoses"])
+    for fmt in ("terminal", "md"):
+        out = tmp_path / f"r.{fmt}"
+        api.write(rep, fmt, str(out))
+        text = out.read_text(encoding="utf-8")
+        start = text.index("Diagnoses")
+        end = min(
+            i for i in (text.find("Critical path", start), text.find("###", start + 12)) if i > 0
+        )
+        said = text[:start].split("window")[0] + text[start:end]
+        assert "per step" not in said and "/step" not in said, fmt
+        assert "/iteration" in text or "per iteration" in text, fmt
+    assert "iteration" in rep.verdict["headline"] and "per step" not in rep.verdict["headline"]
+
+
+def test_iterations_tile_from_each_call_to_the_next(tmp_path: Path) -> None:
+    """Against a plain loop: iteration k runs from call k's start to call k+1's; the last
+    ends with its call."""
+    events = _calls(0, n=4)
+    tl = api.load(write_example(events, tmp_path, "calls"))
+    found, call = repeated_calls(tl)
+    assert call == "Torch-Compiled Region: 0/0"
+    starts = sorted(
+        round(e["ts"] * 1000) for e in events if e.get("name") == "Torch-Compiled Region: 0/0"
+    )
+    ends = [*starts[1:], starts[-1] + 40 * 125 * 1000]
+    got = found.sort("step")
+    base = int(tl.events.filter(pl.col("name") == "Torch-Compiled Region: 0/0")["start_ns"].min())
+    offset = base - starts[0]
+    assert got["step"].to_list() == [1, 2, 3, 4]
+    assert got["name"].to_list() == [f"iteration {k}" for k in (1, 2, 3, 4)]
+    assert [s - offset for s in got["start_ns"].to_list()] == starts
+    assert [e - offset for e in got["end_ns"].to_list()] == ends
+
+
+def test_one_pass_is_not_split_into_its_layers(tmp_path: Path) -> None:
+    """Twelve layers of one forward pass, each a user range named alike, inside one range of
+    the whole pass: not a loop (the enclosing range holds them all)."""
+    events: list[Event] = [device_properties()]
+    t, corr = 100.0, 1
+    start = t
+    for _ in range(12):
+        layer = t
+        for k in range(5):
+            events += launched(t + k * 30, t + k * 30 + 5, 25, corr, "gemm_kernel")
+            corr += 1
+        t += 160
+        events.append({**cpu_op(layer, t - layer, "## layer ##"), "cat": "user_annotation"})
+    events.append({**cpu_op(start, t - start + 10, "## forward ##"), "cat": "user_annotation"})
+    tl = api.load(write_example(events, tmp_path, "one_pass"))
+    found, call = repeated_calls(tl)
+    assert found.height == 0 and call is None
+    assert api.report(tl.meta.path).window["basis"] == "trace"
+
+
+@pytest.mark.parametrize("name", ["compiled.json.gz", "graph_breaks_per_step.json.gz"])
+def test_a_recorded_loop_without_its_markers(name: str, tmp_path: Path) -> None:
+    """A recorded compiled training loop (H200) with its ProfilerStep markers taken out:
+    its compiled calls repeat, and the iterations they give agree with the marked steps on
+    the step time and the top price (within 5 %)."""
+    with gzip.open(GPU / name) as f:
+        doc = json.loads(f.read())
+    marked = api.report(GPU / name)
+    doc["traceEvents"] = [
+        e for e in doc["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep#")
+    ]
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(doc))
+    found = api.report(bare)
+    assert found.window["basis"] == "iterations"
+    assert marked.verdict is not None and found.verdict is not None
+    assert found.verdict["bound_by"] == marked.verdict["bound_by"]
+    step, truth = found.verdict["step_ns"], marked.verdict["step_ns"]
+    assert abs(step - truth) <= 0.05 * truth
+    top, want = found.findings[0], marked.findings[0]
+    assert top.rule == want.rule and top.impact_ns is not None and want.impact_ns is not None
+    assert abs(top.impact_ns - want.impact_ns) <= 0.05 * want.impact_ns

@@ -43,6 +43,7 @@ def test_report_json_follows_the_contract(tmp_path: Path) -> None:
         "start_ns": 100_000,
         "end_ns": 300_000,
         "basis": "steps",
+        "iterations_from": None,
         "excluded_steps": [],
     }
     dev = doc["devices"][0]

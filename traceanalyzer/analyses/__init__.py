@@ -173,6 +173,15 @@ def no_gpu_events(timeline: Timeline) -> NoGpuEventsError:
             "the model ran on the CPU (move the model and its inputs with .to('cuda')), or "
             "the profiled steps hold no GPU work: profile the steps that use the GPU"
         )
+    elif "legacy" in (timeline.meta.producer or ""):
+        problem = (
+            "a legacy torch.autograd.profiler export with no GPU time: it was recorded "
+            f"without use_cuda=True ({kinds or 'empty'})"
+        )
+        hint = (
+            "record with torch.profiler.profile(activities=[ProfilerActivity.CPU, "
+            "ProfilerActivity.CUDA]), or the legacy profiler with use_cuda=True"
+        )
     else:
         problem = (
             "no GPU events (kernels, memcpy, memset): this is a CPU-only trace "

@@ -41,6 +41,16 @@ CONV_OP_NAME = r"^aten::\w*conv"
 IGNORED_CATS = frozenset({"trace", "overhead", "fwdbwd", "ac2g", "async", "async_cpu_to_gpu"})
 
 
+#: The legacy `torch.autograd.profiler` export (torch 1.x, `use_kineto=False`): events with
+#: no category whose `pid` names the side ("CPU functions": an operator; "CUDA functions",
+#: "GPU functions": that operator's time on the GPU, measured with CUDA events, its `tid` the
+#: device).
+LEGACY_HOST_PID = "CPU functions"
+LEGACY_DEVICE_PIDS = ("CUDA functions", "GPU functions")
+#: The drop counter's key that marks a legacy export (keys in parentheses are not drops).
+LEGACY = "(legacy autograd profiler)"
+
+
 #: A `[memory]` instant event of a CUDA device (profile_memory=True; Device Type 1 is CUDA).
 _CUDA_MEMORY_EVENT = (
     (pl.col("ph") == "i")
@@ -114,15 +124,23 @@ def normalise(raw: pl.DataFrame) -> Frame:
     if raw.schema["ts"] == pl.String:  # written as text by a converter: read as numbers
         raw = raw.with_columns(pl.col("ts", "dur").cast(pl.Float64, strict=False))
     text = raw.schema["pid"] == pl.String
+    no_cat = pl.col("cat").is_null() if "cat" in raw.columns else pl.lit(True)
+    legacy_host = no_cat & (pl.col("pid") == LEGACY_HOST_PID) if text else pl.lit(False)
+    legacy_gpu = no_cat & pl.col("pid").is_in(LEGACY_DEVICE_PIDS) if text else pl.lit(False)
     known = pl.col("kind").is_not_null()
     start, dur = pl.col("start_ns"), pl.col("dur")
     tagged = (
         raw.lazy()
         .with_columns(_memory=_CUDA_MEMORY_EVENT)
         .filter((pl.col("ph") == "X") | pl.col("_memory"))
+        .with_columns(_legacy_host=legacy_host, _legacy_gpu=legacy_gpu)
         .with_columns(
             kind=pl.when(pl.col("_memory"))
             .then(pl.lit(Kind.MEMORY.value, KIND))
+            .when(pl.col("_legacy_host"))
+            .then(pl.lit(Kind.CPU_OP.value, KIND))
+            .when(pl.col("_legacy_gpu"))
+            .then(pl.lit(Kind.KERNEL.value, KIND))
             .otherwise(pl.col("cat").replace_strict(KIND_BY_CAT, default=None, return_dtype=KIND)),
             start_ns=pl.coalesce(pl.col("tn"), _to_ns(pl.col("ts"))),
             dur=pl.when(pl.col("_memory")).then(pl.lit(0.0)).otherwise(pl.col("dur")),
@@ -160,13 +178,18 @@ def normalise(raw: pl.DataFrame) -> Frame:
                 # an ordinal beyond Int32 (a damaged or foreign trace) reads as unknown
                 device=pl.when(pl.col("_memory"))
                 .then(pl.col("Device Id").cast(pl.Int32, strict=False))
+                .when(pl.col("_legacy_gpu"))
+                .then(_int_of(pl.col("tid"), text))
                 .when(on_device)
                 .then(pl.coalesce(_int_of(pl.col("device"), text), _int_of(pl.col("pid"), text)))
                 .cast(pl.Int32, strict=False),
                 stream=pl.when(on_device).then(
                     pl.coalesce(_int_of(pl.col("stream"), text), _int_of(pl.col("tid"), text))
                 ),
-                pid=pl.when(~on_device).then(_int_of(pl.col("pid"), text)),
+                pid=pl.when(pl.col("_legacy_host"))
+                .then(pl.lit(0, pl.Int64))
+                .when(~on_device)
+                .then(_int_of(pl.col("pid"), text)),
                 tid=pl.when(~on_device).then(_int_of(pl.col("tid"), text)),
                 kind="kind",
                 name=pl.col("name").fill_null(""),
@@ -198,10 +221,13 @@ def normalise(raw: pl.DataFrame) -> Frame:
                 pl.col("_range").sum(),
                 _gpu=(_bad & pl.col("kind").is_in(GPU_WORK)).sum(),
                 _example=pl.col("name").filter(_bad & pl.col("kind").is_in(GPU_WORK)).first(),
+                _legacy=(pl.col("_legacy_host") | pl.col("_legacy_gpu")).sum(),
             ),
         ]
     )
-    unknown, missing, zero, negative, out_of_range, gpu, example = flags.row(0)
+    unknown, missing, zero, negative, out_of_range, gpu, example, legacy = flags.row(0)
+    if legacy:
+        dropped[LEGACY] += legacy
     if gpu:  # GPU work (kernels, copies, memsets) among the dropped: the analyses miss it
         dropped[GPU_DROPPED] += gpu
         dropped[f"{GPU_EXAMPLE}{example}"] = 0

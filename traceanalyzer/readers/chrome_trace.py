@@ -66,6 +66,7 @@ from traceanalyzer.readers.chrome_normalise import (
     DUPLICATE,
     GPU_DROPPED,
     GPU_EXAMPLE,
+    LEGACY,
     Frame,
     normalise,
     with_copy_kinds,
@@ -739,6 +740,10 @@ def cut_long_names(events: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     return events.with_columns(name=cut), long.len()
 
 
+#: The producer of a legacy `torch.autograd.profiler` export (chrome_normalise.LEGACY_*).
+LEGACY_PRODUCER = "torch.autograd.profiler (legacy export)"
+
+
 def _to_timeline(part: Parsed, rank: int, rank_source: str, source_path: str) -> Timeline:
     events = with_copy_kinds(_contiguous(part).with_columns(rank=pl.lit(rank, pl.Int32)))
     events = events.with_columns(domain=pl.lit(None, pl.Categorical))
@@ -769,6 +774,15 @@ def _to_timeline(part: Parsed, rank: int, rank_source: str, source_path: str) ->
         part.notes.append(
             f"{texts} timestamps or durations were written as JSON text (a converter's "
             "output?) and read as numbers"
+        )
+    legacy = bool(drops.get(LEGACY))
+    if legacy and int(events.select(pl.col("kind").is_in(GPU_KINDS).sum()).item()):
+        part.notes.append(
+            "a legacy torch.autograd.profiler export: its GPU ranges are each operator's time "
+            "on the GPU (CUDA events), not kernels, and it records no launches, streams, "
+            "shapes or devices, so kernel classes, Tensor Cores, launch shapes, copies and the "
+            "host's launch costs are unknown or estimated from names; record with "
+            "torch.profiler (activities=[CPU, CUDA]) for them"
         )
     gpu_kinds = [k.value for k in GPU_KINDS]
     header = part.header
@@ -804,7 +818,7 @@ def _to_timeline(part: Parsed, rank: int, rank_source: str, source_path: str) ->
     meta = TraceMeta(
         path=source_path,
         format="chrome",
-        producer="torch.profiler (Kineto)",
+        producer=LEGACY_PRODUCER if legacy else "torch.profiler (Kineto)",
         producer_version=f"schemaVersion {version}" if version is not None else None,
         ranks=(
             RankInfo(

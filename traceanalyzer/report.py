@@ -282,6 +282,7 @@ TOP_BANDWIDTH_OPS = 15
 #: The memory-bound model's figures in `devices[].memory` (analyses/gpu/fusion.py).
 MEMORY_FIGURES = (
     "memory_bound_ns",
+    "cast_ns",
     "bytes",
     "achieved_gbps",
     "peak_gbps",

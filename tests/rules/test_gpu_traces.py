@@ -683,12 +683,7 @@ def test_every_gpu_trace_has_a_truth() -> None:
 
 #: Recorded truths the tool does not reach yet, each with why: strict, so that the day the
 #: tool reaches one the test says so.
-KNOWN_MISSES: dict[str, str] = {
-    "gelu_handwritten_w4096.json.gz": (
-        "the fusion model leaves out autocast's fp32 casts around the hand-written GELU "
-        "(pow runs in fp32): memory-bound kernels read 40 % of kernel time, under TA004's 50 %"
-    ),
-}
+KNOWN_MISSES: dict[str, str] = {}
 
 
 def _cases_with_misses() -> list[Any]:

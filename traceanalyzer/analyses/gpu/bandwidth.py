@@ -307,6 +307,8 @@ def operator_bytes(timeline: Timeline, wanted: pl.LazyFrame | None = None) -> pl
             .then(pl.lit(0, pl.Int64))
             .otherwise(pl.col("largest")),
             into_out=into_out,
+            # the elements of its largest tensor (a cast's, a copy's too)
+            tensor_elems=pl.col("largest_elems"),
             # the arithmetic, at one FLOP per element of the largest tensor (a lower bound:
             # a norm or an activation does a few); a copy or a fill does none
             elements=pl.when(is_copy | name.str.contains(WRITE_ONLY_OPS))

@@ -74,6 +74,7 @@ SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int32(),
     "device": pl.Int32(),
     "memory_bound_ns": pl.Int64(),
+    "cast_ns": pl.Int64(),
     "known_ns": pl.Int64(),
     "unknown_ns": pl.Int64(),
     "bytes": pl.Int64(),
@@ -94,12 +95,15 @@ def memory_bound_model(
     timeline: Timeline, kernels: pl.DataFrame, devices: tuple[DeviceInfo, ...]
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Per (rank, device) with memory-bound kernels (SCHEMA), over the whole window:
-    memory_bound_ns (their time), known_ns / unknown_ns (of operators with / without bytes),
+    memory_bound_ns (their time), cast_ns (the copy/cast kernels inside chains,
+    `_chained_casts`: priced with them), known_ns / unknown_ns (of operators with / without
+    bytes, casts included),
     bytes (the known operators' traffic), intermediate_bytes (what fused chains would no
     longer move), fused_bytes (bytes - intermediate_bytes), chains and chain_ops
     (chains of two operators or more, and their operators), achieved_gbps, peak_gbps,
     floor_ns (fused_bytes at the peak), fusible_share (intermediate_bytes / bytes),
-    saving_ns (fusible_share of memory_bound_ns) and ceiling_ns (memory_bound_ns - floor_ns).
+    saving_ns (fusible_share of memory_bound_ns + cast_ns) and ceiling_ns (the same less
+    floor_ns).
     And per device the chains' operator sequences whose fusion saves most (PATTERN_SCHEMA:
     pattern "pow > mul > add > mul > tanh > add > mul > mul", how many chains repeat it,
     its operators, their kernel time and the saving at the trace's bandwidth, window).
@@ -118,29 +122,35 @@ def memory_bound_model(
             "correlation",
             "clipped_ns",
             mb=pl.col("kernel_class").cast(pl.String) == "memory_bound",
+            cast=pl.col("kernel_class").cast(pl.String) == "copy_cast",
         )
         .join(launch_ops(timeline), on=["rank", "correlation"], how="left")
     )
-    wanted = ordered.filter(pl.col("mb")).select("rank", external_id="op_link").unique()
+    wanted = (
+        ordered.filter(pl.col("mb") | pl.col("cast")).select("rank", external_id="op_link").unique()
+    )
     ops = operator_bytes(timeline, wanted).select(
         "rank",
         "op_start",
         "op_end",
         "op_name",
         "bytes",
+        "tensor_elems",
         op_link="external_id",
         kept=pl.col("into_out") | pl.col("op_name").str.contains(KEEPS_OUTPUT),
     )
     peaks = _peaks(devices)
+    stream = [*DEVICE_KEY, "stream"]
     linked = (
         ordered.join(ops, on=["rank", "op_link"], how="left")
         # a link counts only where the launch started inside the operator
         .with_columns(
-            known=pl.col("mb")
-            & pl.col("bytes").is_not_null()
+            _linked=pl.col("bytes").is_not_null()
             & pl.col("launch_ns").is_between(pl.col("op_start"), pl.col("op_end"))
         )
         .sort(*DEVICE_KEY, "stream", "start_ns")
+        .pipe(_chained_casts, stream)
+        .with_columns(known=(pl.col("mb") | pl.col("cast")) & pl.col("_linked"))
     )
     # an operator whose traffic is above the peak at its own kernel time has no bytes
     plausible = (
@@ -154,7 +164,6 @@ def memory_bound_model(
         )
         .select("rank", "op_link", plausible=pl.lit(True))
     )
-    stream = [*DEVICE_KEY, "stream"]
     runs = (
         linked.join(plausible, on=["rank", "op_link"], how="left")
         .with_columns(known=pl.col("known") & pl.col("plausible").fill_null(False))
@@ -225,9 +234,12 @@ def memory_bound_model(
         chain_ops=pl.col("size").filter(pl.col("size") > 1).sum().cast(pl.Int64),
     )
     total = (
-        runs.filter(pl.col("mb"))
+        runs.filter(pl.col("mb") | pl.col("cast"))
         .group_by(DEVICE_KEY)
-        .agg(memory_bound_ns=pl.col("clipped_ns").sum())
+        .agg(
+            memory_bound_ns=pl.col("clipped_ns").filter(~pl.col("cast")).sum(),
+            cast_ns=pl.col("clipped_ns").filter(pl.col("cast")).sum(),
+        )
     )
     share = pl.col("intermediate_bytes") / pl.col("bytes")
     fused = pl.col("bytes") - pl.col("intermediate_bytes")
@@ -238,7 +250,7 @@ def memory_bound_model(
             pl.col("known_ns", "bytes", "intermediate_bytes", "chains", "chain_ops").fill_null(0)
         )
         .with_columns(
-            unknown_ns=pl.col("memory_bound_ns") - pl.col("known_ns"),
+            unknown_ns=pl.col("memory_bound_ns") + pl.col("cast_ns") - pl.col("known_ns"),
             fused_bytes=fused,
             achieved_gbps=pl.when(pl.col("known_ns") > 0).then(
                 pl.col("bytes") / pl.col("known_ns")
@@ -247,8 +259,12 @@ def memory_bound_model(
             fusible_share=pl.when(pl.col("bytes") > 0).then(share),
         )
         .with_columns(
-            saving_ns=(pl.col("fusible_share") * pl.col("memory_bound_ns")).round().cast(pl.Int64),
-            ceiling_ns=pl.col("memory_bound_ns") - pl.col("floor_ns").fill_null(0),
+            saving_ns=(pl.col("fusible_share") * (pl.col("memory_bound_ns") + pl.col("cast_ns")))
+            .round()
+            .cast(pl.Int64),
+            ceiling_ns=pl.col("memory_bound_ns")
+            + pl.col("cast_ns")
+            - pl.col("floor_ns").fill_null(0),
         )
         .select(list(SCHEMA))
         .sort(DEVICE_KEY)
@@ -256,6 +272,34 @@ def memory_bound_model(
         .cast(SCHEMA)  # type: ignore[arg-type]
     )
     return model, patterns.select(list(PATTERN_SCHEMA)).cast(PATTERN_SCHEMA)  # type: ignore[arg-type]
+
+
+def _chained_casts(kernels: pl.LazyFrame, stream: list[str]) -> pl.LazyFrame:
+    """The copy/cast kernels that are a memory-bound chain's own (`cast` true, not a kept
+    output): a cast or copy of a tensor of the elements of the memory-bound operator before or
+    after it on the stream (autocast's fp32 cast of a hand-written activation's input, and of
+    its result back to bf16). Other copies and casts (weights, a layout) drop out of the
+    sequence: they neither join nor break a chain. Sorted by stream and start."""
+    elems = pl.col("tensor_elems")
+    mb_elems = pl.when(pl.col("mb") & pl.col("_linked")).then(elems)
+    member = (
+        pl.col("cast")
+        & pl.col("_linked")
+        & ((elems == pl.col("_before")) | (elems == pl.col("_after"))).fill_null(False)
+    )
+    return (
+        kernels.with_columns(
+            _before=mb_elems.forward_fill().over(stream),
+            _after=mb_elems.backward_fill().over(stream),
+        )
+        .with_columns(_member=member)
+        .filter(~pl.col("cast") | pl.col("_member"))
+        .with_columns(
+            cast=pl.col("_member"),
+            kept=pl.when(pl.col("_member")).then(False).otherwise(pl.col("kept")),
+        )
+        .drop("_before", "_after", "_member")
+    )
 
 
 def _peaks(devices: tuple[DeviceInfo, ...]) -> pl.DataFrame:
@@ -285,7 +329,11 @@ def price_per_step(
     Without a critical path, the share of the kernels' time per step. Never above the ceiling
     (`ceiling_ns` per step). A device without bytes (null share) keeps the halving what-if,
     under a ceiling of all its memory-bound time."""
-    total = int(model["memory_bound_ns"] or 0)
+    # the chains' casts are memory passes the what-if of faster memory-bound kernels did not
+    # shorten: taken on the critical path in the same proportion as the kernels around them
+    bound, casts = int(model["memory_bound_ns"] or 0), int(model.get("cast_ns") or 0)
+    total = bound + casts
+    with_casts = total / bound if bound else 1.0
     share = model["fusible_share"]
     ceiling_ns = model["ceiling_ns"] if share is not None else total
     ceiling = int(ceiling_ns or 0) // steps if steps else None
@@ -293,7 +341,7 @@ def price_per_step(
         share = 0.5
     share = float(share)
     if half_saving_ns is not None and path_memory_bound_ns is not None:
-        price = min(half_saving_ns * share / 0.5, path_memory_bound_ns * share)
+        price = min(half_saving_ns * share / 0.5, path_memory_bound_ns * share) * with_casts
     else:
         price = total * share / steps if steps else 0.0
     if ceiling is not None:
@@ -311,7 +359,8 @@ class MemoryImpact:
     - `impact_ns`, `ceiling_ns`: its price and ceiling per step (`price_per_step`);
     - `top_chain`: its chain pattern whose fusion saves most (pattern, chains_per_step, ops,
       kernel_ns_per_step, saving_ns_per_step; None without patterns), and `patterns`: all
-      its listed patterns, most saving first.
+      its listed patterns, most saving first;
+    - `cast_ns`: the casts that are the chains' own (`_chained_casts`), every device.
     """
 
     model: dict[str, Any] | None
@@ -319,6 +368,8 @@ class MemoryImpact:
     ceiling_ns: int | None
     top_chain: dict[str, Any] | None
     patterns: tuple[str, ...]
+    #: the copy/cast kernel time inside memory-bound chains, every device, the window's
+    cast_ns: int = 0
 
 
 def memory_impact(
@@ -347,8 +398,14 @@ def memory_impact(
         if best[0] is None or (price or 0) > best[0]:
             best = (price, ceiling, row)
     chain, listed = _top_pattern(patterns, best[2], counts)
+    casts = int(model["cast_ns"].sum() or 0) if model.height else 0
     return MemoryImpact(
-        model=best[2], impact_ns=best[0], ceiling_ns=best[1], top_chain=chain, patterns=listed
+        model=best[2],
+        impact_ns=best[0],
+        ceiling_ns=best[1],
+        top_chain=chain,
+        patterns=listed,
+        cast_ns=casts,
     )
 
 

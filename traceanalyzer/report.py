@@ -544,6 +544,7 @@ BOUND_BY_CATEGORY: dict[str, str] = {
     # copies hold the step: neither the host's compute nor the GPU's
     "pageable_memcpy": "copy",
     "managed_memory": "copy",
+    "copy_bound": "copy",
     # compute slowed by a clock below its maximum (a warning only where no heavy GEMM load
     # explains it: power capping of dense GEMMs is an info)
     "clock_throttling": "gpu_compute",

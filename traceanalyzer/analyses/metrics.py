@@ -41,7 +41,12 @@ if TYPE_CHECKING:
     from traceanalyzer.analyses.gpu.attention import Attention
     from traceanalyzer.analyses.gpu.bandwidth import Bandwidth
     from traceanalyzer.analyses.gpu.casts import CastSources
-    from traceanalyzer.analyses.gpu.copies import Copies, ManagedImpact, PageableImpact
+    from traceanalyzer.analyses.gpu.copies import (
+        Copies,
+        CopyOverlapImpact,
+        ManagedImpact,
+        PageableImpact,
+    )
     from traceanalyzer.analyses.gpu.devices import Devices
     from traceanalyzer.analyses.gpu.flops import Flops
     from traceanalyzer.analyses.gpu.fusion import Fusion, MemoryImpact
@@ -164,7 +169,9 @@ class Metrics:
       idle of the host syncs (idle.sync_impact);
       `pageable_model`: per device and direction, what pinning its pageable copies saves
       (copies.pageable_impact); `managed_model`: per device, what prefetching its managed
-      memory saves (copies.managed_impact); `tensor_core_model`: per device, what moving
+      memory saves (copies.managed_impact); `copy_overlap_model`: per device held by direct
+      copies, what overlapping them with its compute saves (copies.overlap_impact);
+      `tensor_core_model`: per device, what moving
       its GEMMs onto the Tensor Cores saves (gemm_units.tensor_core_impact);
       `shape_model`: per device, what padding its misaligned matmul shapes saves
       (shapes.shape_impact);
@@ -242,3 +249,4 @@ class Metrics:
     gpu_metrics: GpuMetrics
     clock_model: tuple[ClockImpact, ...]
     iterations: str | None = None
+    copy_overlap_model: tuple[CopyOverlapImpact, ...] = ()

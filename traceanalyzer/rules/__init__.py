@@ -46,6 +46,7 @@ from traceanalyzer.rules.ta024_ddp_no_sync import DdpNoSync
 from traceanalyzer.rules.ta025_underfilled_launches import UnderfilledLaunches
 from traceanalyzer.rules.ta026_clock_below_max import ClockBelowMax
 from traceanalyzer.rules.ta027_managed_memory import ManagedMemory
+from traceanalyzer.rules.ta028_copy_bound import CopyBound
 
 ALL_RULES: list[type[Rule]] = [
     GpuStarvation,
@@ -75,6 +76,7 @@ ALL_RULES: list[type[Rule]] = [
     UnderfilledLaunches,
     ClockBelowMax,
     ManagedMemory,
+    CopyBound,
 ]
 
 

@@ -45,6 +45,7 @@ CATEGORIES = (
     "underfilled_launches",
     "managed_memory",
     "clock_throttling",
+    "copy_bound",
 )
 #: A fix that saves at least this share of step time is critical / a warning; less is info.
 CRITICAL_SHARE = 0.30

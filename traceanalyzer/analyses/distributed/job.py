@@ -200,6 +200,7 @@ def _merge(
     return Metrics(
         basis=("iterations" if iterated else "steps") if by_steps else "trace",
         iterations=iterated,
+        copy_overlap_model=copies.overlap_impact(copied, dev, counts),
         steps=windows.Steps(
             windows=wins,
             steady=steps,

@@ -1,7 +1,8 @@
 """Memory copies: volume, time and achieved bandwidth by direction and memory kind, the
 part of their time that ran under kernels, what pinning the pageable copies (host to device
-and device to host) saves (`pageable_impact`) and what prefetching managed memory saves
-(`managed_impact`)."""
+and device to host) saves (`pageable_impact`), what prefetching managed memory saves
+(`managed_impact`) and, where direct copies fill a device, what overlapping them with its
+compute saves (`overlap_impact`)."""
 
 from __future__ import annotations
 
@@ -191,6 +192,102 @@ def pageable_impact(
                     under_kernels_ns=under,
                 )
             )
+    return tuple(out)
+
+
+#: Copies hold a device where they fill more than this share of its busy time.
+COPY_BOUND_SHARE = 0.5
+#: Memory kinds whose copies the driver stages or migrates (TA009, TA027 price them).
+STAGED_MEMORY = ("pageable", "managed")
+
+
+@dataclass(frozen=True, slots=True)
+class CopyOverlapImpact:
+    """What overlapping one device's copies with its compute saves, where copies that are
+    not pageable or managed (pinned, device to device, peer to peer) fill most of its busy
+    time (TA028's impact model, `overlap_impact`).
+
+    - `busy_ns`, `kernel_ns`: the device's busy time and kernel time in its window;
+      `copy_only_ns`: its busy time without a kernel (busy less kernels: the copies alone);
+    - `copy_ns`, `bytes`, `gbps`: the direct copies' summed time, bytes and bandwidth (each
+      copy's own time); `under_kernels_ns`: the part of their time under kernels;
+    - `kernel_alone_ns`: kernel time without a copy beside it (kernels less the copies'
+      time under them);
+    - `overlap_ns`: what running copies and kernels side by side saves: the smaller of
+      `copy_only_ns` and `kernel_alone_ns` (the shorter one hides under the longer);
+    - `steps`; `impact_ns`: `overlap_ns` per step; `ceiling_ns`: `kernel_alone_ns` per step
+      (overlap hides no more than the compute beside it); `resident_ns`: `copy_only_ns` per
+      step, what keeping the data on the device would save (no price: whether it fits is
+      the program's); None without steps.
+    """
+
+    rank: int
+    device: int
+    busy_ns: int
+    kernel_ns: int
+    copy_only_ns: int
+    copy_ns: int
+    bytes: int
+    gbps: float | None
+    under_kernels_ns: int
+    kernel_alone_ns: int
+    overlap_ns: int
+    steps: int
+    impact_ns: int | None
+    ceiling_ns: int | None
+    resident_ns: int | None
+
+
+def overlap_impact(
+    copies: pl.DataFrame, devices: pl.DataFrame, counts: StepCounts
+) -> tuple[CopyOverlapImpact, ...]:
+    """The CopyOverlapImpact of every device whose busy time is mostly copies (busy less
+    kernels over COPY_BOUND_SHARE of busy) and whose copy time is mostly direct (not from
+    or to pageable or managed memory: TA009 and TA027 price those), by rank and device.
+
+    `copies`: Metrics.copies.summary; `devices`: Metrics.devices.summary (busy_ns,
+    kernel_ns); `counts`: the steps each device's window holds."""
+    staged = pl.col("src_memory").is_in(STAGED_MEMORY) | pl.col("dst_memory").is_in(STAGED_MEMORY)
+    per = (
+        copies.group_by(DEVICE_KEY)
+        .agg(
+            all_ns=pl.col("time_ns").sum(),
+            copy_ns=pl.col("time_ns").filter(~staged.fill_null(False)).sum(),
+            bytes=pl.col("bytes").filter(~staged.fill_null(False)).sum(),
+            under=pl.col("under_kernels_ns").filter(~staged.fill_null(False)).sum(),
+        )
+        .join(devices.select(*DEVICE_KEY, "busy_ns", "kernel_ns"), on=DEVICE_KEY)
+        .sort(DEVICE_KEY)
+    )
+    out = []
+    for r in per.iter_rows(named=True):
+        busy, kernels = int(r["busy_ns"] or 0), int(r["kernel_ns"] or 0)
+        copy_ns, under = int(r["copy_ns"] or 0), int(r["under"] or 0)
+        copy_only = max(0, busy - kernels)
+        if not busy or copy_only <= COPY_BOUND_SHARE * busy or copy_ns * 2 <= (r["all_ns"] or 0):
+            continue
+        alone = max(0, kernels - under)
+        overlap = min(copy_only, alone)
+        rank, device = r["rank"], r["device"]
+        out.append(
+            CopyOverlapImpact(
+                rank=rank,
+                device=device,
+                busy_ns=busy,
+                kernel_ns=kernels,
+                copy_only_ns=copy_only,
+                copy_ns=copy_ns,
+                bytes=int(r["bytes"] or 0),
+                gbps=(r["bytes"] / copy_ns) if copy_ns and r["bytes"] else None,
+                under_kernels_ns=under,
+                kernel_alone_ns=alone,
+                overlap_ns=overlap,
+                steps=counts.on(rank, device),
+                impact_ns=counts.per_step(overlap, rank, device),
+                ceiling_ns=counts.per_step(alone, rank, device),
+                resident_ns=counts.per_step(copy_only, rank, device),
+            )
+        )
     return tuple(out)
 
 

@@ -94,7 +94,7 @@ class CopyBound(Rule):
 
     def check(self, ctx: Context, t: Thresholds) -> Iterable[Finding]:
         for m in ctx.metrics.copy_overlap_model:
-            share = m.copy_only_ns / m.busy_ns if m.busy_ns else 0.0
+            share = m.copy_only_share
             if share <= t.min_copy_share:
                 continue
             steps = m.steps or 1

@@ -208,7 +208,8 @@ class CopyOverlapImpact:
     time (TA028's impact model, `overlap_impact`).
 
     - `busy_ns`, `kernel_ns`: the device's busy time and kernel time in its window;
-      `copy_only_ns`: its busy time without a kernel (busy less kernels: the copies alone);
+      `copy_only_ns`: its busy time without a kernel (busy less kernels: the copies alone),
+      `copy_only_share` of the busy time;
     - `copy_ns`, `bytes`, `gbps`: the direct copies' summed time, bytes and bandwidth (each
       copy's own time); `under_kernels_ns`: the part of their time under kernels;
     - `kernel_alone_ns`: kernel time without a copy beside it (kernels less the copies'
@@ -226,6 +227,7 @@ class CopyOverlapImpact:
     busy_ns: int
     kernel_ns: int
     copy_only_ns: int
+    copy_only_share: float
     copy_ns: int
     bytes: int
     gbps: float | None
@@ -276,6 +278,7 @@ def overlap_impact(
                 busy_ns=busy,
                 kernel_ns=kernels,
                 copy_only_ns=copy_only,
+                copy_only_share=copy_only / busy,
                 copy_ns=copy_ns,
                 bytes=int(r["bytes"] or 0),
                 gbps=(r["bytes"] / copy_ns) if copy_ns and r["bytes"] else None,

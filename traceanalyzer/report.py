@@ -1088,9 +1088,10 @@ def _excluded(metrics: Metrics, truncated: bool) -> list[dict[str, Any]]:
     return rows
 
 
-def excluded_words(excluded: Sequence[Mapping[str, Any]]) -> list[str]:
+def excluded_words(excluded: Sequence[Mapping[str, Any]], unit: str = "step") -> list[str]:
     """The steps left out, in words: the warm-up/outlier steps, and the steps lost to the cut
-    of a cut-off trace (their names, at most four each)."""
+    of a cut-off trace (their names, at most four each); `unit` names the periods ("step",
+    or "iteration" where they are repeated calls)."""
 
     def names(rows: list[Mapping[str, Any]]) -> str:
         shown = sorted({str(r["name"]) for r in rows})
@@ -1102,12 +1103,12 @@ def excluded_words(excluded: Sequence[Mapping[str, Any]]) -> list[str]:
     if left:
         n = len({r["name"] for r in left})
         words.append(
-            f"{n} warm-up/outlier step(s) left out of the window ({names(left)}; --all-steps "
+            f"{n} warm-up/outlier {unit}(s) left out of the window ({names(left)}; --all-steps "
             "keeps them)"
         )
     if lost:
         n = len({r["name"] for r in lost})
-        words.append(f"{n} step(s) lost to the cut ({names(lost)}: the file ends before them)")
+        words.append(f"{n} {unit}(s) lost to the cut ({names(lost)}: the file ends before them)")
     return words
 
 
@@ -1121,7 +1122,8 @@ def _outside_notes(
         f"({o['after_ns'] / 1e6:.2f} ms) after it are not analysed"
         for o in outside
     ]
-    notes += excluded_words(_excluded(metrics, truncated))
+    unit = "iteration" if metrics.basis == "iterations" else "step"
+    notes += excluded_words(_excluded(metrics, truncated), unit)
     return notes
 
 

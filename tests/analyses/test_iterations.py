@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from pathlib import Path
 
 import polars as pl
@@ -77,6 +78,37 @@ def test_a_slow_first_call_is_left_out_and_prices_are_per_iteration(tmp_path: Pa
         assert "per step" not in said and "/step" not in said, fmt
         assert "/iteration" in text or "per iteration" in text, fmt
     assert "iteration" in rep.verdict["headline"] and "per step" not in rep.verdict["headline"]
+
+
+#: Words about steps that stay in a report without them: the advice to mark steps, the
+#: option that keeps warm-up periods, the absence of markers and the glossary's pointer.
+_ABOUT_MARKERS = re.compile(
+    r"prof\.step|step_N|wrap steps|--all-steps|step markers|step time, own", re.I
+)
+
+
+def test_every_heading_says_iteration_where_there_are_no_steps(tmp_path: Path) -> None:
+    """Tables and headings of every format name the periods iterations (the tiles, the
+    critical path, the sync sites' rate, the ranks), never steps: against a word scan of each
+    report's lines, outside the advice and the notes about markers."""
+    path = write_example(_calls(38_000), tmp_path, "compiled_calls")
+    rep = api.report(path)
+    for fmt in ("terminal", "md", "html"):
+        out = tmp_path / f"r.{fmt}"
+        api.write(rep, fmt, str(out))
+        text = out.read_text(encoding="utf-8")
+        if fmt == "html":  # the page's own words: no scripts, data, rule pages or glossary
+            text = text[: text.index('id="rules"')]
+            text = re.sub(r"<script.*?</script>|<style.*?</style>", "", text, flags=re.S)
+            text = re.sub(r"<[^>]+>", "\n", text)
+        said = [line for line in text.splitlines() if re.search(r"\bsteps?\b", line, re.IGNORECASE)]
+        stray = [line for line in said if not _ABOUT_MARKERS.search(line)]
+        assert stray == [], (fmt, stray)
+    terminal = (tmp_path / "r.terminal").read_text(encoding="utf-8")
+    assert "Iterations (each device's GPU tile of each iteration" in terminal
+    assert "per iteration" in terminal.split("Host syncs")[1].splitlines()[1]
+    page = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "<h2>Iterations</h2>" in page and "<th>iteration</th>" in page
 
 
 def test_iterations_tile_from_each_call_to_the_next(tmp_path: Path) -> None:

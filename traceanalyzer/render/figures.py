@@ -270,15 +270,19 @@ def device_split_figure(labels: Sequence[str], parts_ms: Mapping[str, Sequence[f
     return _stacked_bars(labels, parts_ms, "time in the device's window (ms)", legend=False)
 
 
-def step_figure(labels: Sequence[str], parts_ms: Mapping[str, Sequence[float]]) -> Figure:
+def step_figure(
+    labels: Sequence[str], parts_ms: Mapping[str, Sequence[float]], unit: str = "step"
+) -> Figure:
     """Per step, its time split into GPU busy and idle by cause (ms), one bar per step; a
     warm-up step that was left out of the analysis is one `warmup` part."""
-    return _stacked_bars(labels, parts_ms, "step time (ms)")
+    return _stacked_bars(labels, parts_ms, f"{unit} time (ms)")
 
 
-def critical_path_figure(labels: Sequence[str], parts_ms: Mapping[str, Sequence[float]]) -> Figure:
+def critical_path_figure(
+    labels: Sequence[str], parts_ms: Mapping[str, Sequence[float]], unit: str = "step"
+) -> Figure:
     """Per rank, the mean analysed step's critical path split by what bounds it (ms)."""
-    return _stacked_bars(labels, parts_ms, "critical path per step (ms)")
+    return _stacked_bars(labels, parts_ms, f"critical path per {unit} (ms)")
 
 
 def _stacked_bars(

@@ -120,12 +120,13 @@ def step_rows(devices: Sequence[Mapping[str, Any]]) -> list[list[str]]:
     return rows
 
 
-def step_headings(devices: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The per-step table's headings."""
+def step_headings(devices: Sequence[Mapping[str, Any]], unit: str = "step") -> list[str]:
+    """The per-step table's headings; `unit` names the periods ("iteration" where they are
+    repeated calls)."""
     return [
         "rank",
         "GPU",
-        "step",
+        unit,
         "busy/samples",
         *(h for h, _ in SHARE_COLUMNS),
         *(h for h, _, _ in link_columns(devices)),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
+import re
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any, TextIO
@@ -28,7 +29,14 @@ from traceanalyzer.render.markdown_html import markdown_html
 from traceanalyzer.render.ranks import HEADINGS as RANK_HEADINGS
 from traceanalyzer.render.ranks import cells as rank_cells
 from traceanalyzer.render.ranks import folded_note, rank_table
-from traceanalyzer.render.units import duration, percent, printable, saves_heading, sentences
+from traceanalyzer.render.units import (
+    duration,
+    noun,
+    percent,
+    printable,
+    saves_heading,
+    sentences,
+)
 from traceanalyzer.report import Report
 from traceanalyzer.rules import BY_CODE, Severity
 from traceanalyzer.rules.rule_pages import rule_page
@@ -110,18 +118,23 @@ _WORDS = {
     "fp32": "FP32",
     "tf32": "TF32",
 }
+#: A step as a period in a label ("share of a step", "steps"), not a step marker.
+_PERIOD = re.compile(r"\bstep(s?)\b(?! markers?)")
 #: Rows shown of a list inside the evidence (the embedded JSON keeps all).
 MAX_EVIDENCE_ROWS = 12
 
 
-def evidence_label(key: str) -> str:
+def evidence_label(key: str, unit: str = "step") -> str:
     """An evidence key in words, its unit suffix dropped (the value carries the unit):
-    `exposed_comm_ns` -> "Exposed communication", `tc_ns` -> "Tensor Core"."""
+    `exposed_comm_ns` -> "Exposed communication", `tc_ns` -> "Tensor Core"; a step named
+    `unit` (an "iteration" where the periods are repeated calls, not step markers)."""
     words = EVIDENCE_LABELS.get(key)
     if words is None:
         for suffix in _UNIT_SUFFIXES:
             words = (words or key).removesuffix(suffix)
         words = " ".join(_WORDS.get(w, w) for w in (words or key).split("_") if w)
+    if words and unit != "step":
+        words = _PERIOD.sub(lambda m: unit + m.group(1), words)
     return words[:1].upper() + words[1:] if words else key
 
 
@@ -158,19 +171,19 @@ def evidence_value(key: str, value: Any) -> str:
     return printable(str(value), 400)
 
 
-def evidence_rows(evidence: dict[str, Any]) -> list[dict[str, Any]]:
+def evidence_rows(evidence: dict[str, Any], unit: str = "step") -> list[dict[str, Any]]:
     """A finding's evidence as labelled rows: `{label, value}`, or, for a list of records
     (collectives, call sites, shapes), `{label, head, rows, more}`: a small table with
-    labelled columns and formatted cells."""
+    labelled columns and formatted cells; steps named `unit` (see `evidence_label`)."""
     out: list[dict[str, Any]] = []
     for key, value in evidence.items():
-        label = evidence_label(key)
+        label = evidence_label(key, unit)
         if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
             cols = list(dict.fromkeys(k for v in value for k in v))
             out.append(
                 {
                     "label": label,
-                    "head": [evidence_label(c) for c in cols],
+                    "head": [evidence_label(c, unit) for c in cols],
                     "rows": [
                         [evidence_value(c, v.get(c)) for c in cols]
                         for v in value[:MAX_EVIDENCE_ROWS]
@@ -244,7 +257,10 @@ def _header(r: Report) -> list[tuple[str, str]]:
         ("GPUs", ", ".join(f"{n} × {printable(name, 80)}" for name, n in gpus.items()) or "none"),
         ("Ranks", ranks),
         ("Window", f"{duration(span)} ({basis})"),
-        ("Steps", f"{len(step_names)} per rank" if step_names else "no step markers"),
+        (
+            f"{noun(w['basis']).capitalize()}s",
+            f"{len(step_names)} per rank" if step_names else "no step markers",
+        ),
         ("Diagnoses", _severity_counts(r)),
         ("Tool", f"traceanalyzer {r.tool_version}"),
     ]
@@ -291,7 +307,7 @@ def _findings(r: Report) -> list[dict[str, Any]]:
                 "f": f,
                 "scope": ", ".join(scope) or "whole trace",
                 "own_advice": f.advice if f.advice != group["advice"] else None,
-                "evidence": evidence_rows(f.evidence),
+                "evidence": evidence_rows(f.evidence, noun(r.window["basis"])),
                 "timeline": targets[i],
             }
         )
@@ -398,7 +414,7 @@ def _step_chart(r: Report) -> Markup | None:
             parts[c].append(s["idle_by_cause"].get(c, 0) / 1e6 if analysed else 0.0)
         parts["warmup"].append(0.0 if analysed else span)
     labels = [f"r{s['rank']} GPU {s['device']} · {printable(s['name'], 40)}" for s in rows]
-    return _svg(figures.step_figure(labels, parts))
+    return _svg(figures.step_figure(labels, parts, noun(r.window["basis"])))
 
 
 def _critical_path_chart(r: Report) -> Markup | None:
@@ -409,7 +425,8 @@ def _critical_path_chart(r: Report) -> Markup | None:
     parts: dict[str, list[float]] = {
         k: [c["by_kind"].get(k, 0) / c["steps"] / 1e6 for c in rows] for k in PATH_KINDS
     }
-    return _svg(figures.critical_path_figure([f"rank {c['rank']}" for c in rows], parts))
+    ranks = [f"rank {c['rank']}" for c in rows]
+    return _svg(figures.critical_path_figure(ranks, parts, noun(r.window["basis"])))
 
 
 def _memory_chart(r: Report) -> Markup | None:
@@ -539,6 +556,7 @@ def page_context(report: Report) -> dict[str, Any]:
         "header": _header(r),
         "findings": _findings(r),
         "saves_heading": saves_heading(r.window["basis"]).replace("/", " / "),
+        "unit": noun(r.window["basis"]),
         "rule_docs": [
             (code, BY_CODE[code].slug, _rule_doc(code)) for code in codes if code in BY_CODE
         ],

@@ -12,6 +12,7 @@ from traceanalyzer.render.kernel_names import short_names
 from traceanalyzer.render.ranks import HEADINGS, cells, folded_note, rank_table, step_heading
 from traceanalyzer.render.units import (
     duration,
+    noun,
     percent,
     printable,
     saving_range_text,
@@ -196,7 +197,8 @@ def _gpu_metric_lines(r: Report) -> list[str]:
     lines += _md_table(gm.headings(devices), gm.device_rows(devices))
     steps = gm.step_rows(devices)
     if steps:
-        lines += ["", "Per steady step:", ""]
-        lines += _md_table(gm.step_headings(devices), steps)
+        unit = noun(r.window["basis"])
+        lines += ["", f"Per steady {unit}:", ""]
+        lines += _md_table(gm.step_headings(devices, unit), steps)
     lines += ["", *(_text(n) for n in gm.notes(devices))]
     return lines

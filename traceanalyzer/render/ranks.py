@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from traceanalyzer.render.units import duration
+from traceanalyzer.render.units import duration, noun
 from traceanalyzer.report import Report
 
 #: A job of at most this many ranks shows every rank.
@@ -113,4 +113,5 @@ def step_heading(report: Report) -> str:
     """`per steady step of 96.3 ms`: the job's one step time (the verdict's: the collectives
     couple the ranks, so every rank's step is the job's), where the report has one."""
     step = report.verdict["step_ns"] if report.verdict else None
-    return f"per steady step of {duration(step)}" if step else "per steady step"
+    unit = noun(report.window["basis"])
+    return f"per steady {unit} of {duration(step)}" if step else f"per steady {unit}"

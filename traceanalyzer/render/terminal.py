@@ -17,6 +17,7 @@ from traceanalyzer.render.ranks import HEADINGS, cells, folded_note, rank_table,
 from traceanalyzer.render.units import (
     UNIT,
     duration,
+    noun,
     percent,
     printable,
     saves_heading,
@@ -164,10 +165,10 @@ def _lines(r: Report, width: int = PLAIN_WIDTH) -> list[str]:
     if w["basis"] == "iterations":
         how = (
             f"no step markers: the repeated calls of {w['iterations_from']} are its "
-            f"iterations ({_step_count(r).replace('step', 'iteration')}), each device's from "
+            f"iterations ({_step_count(r, 'iteration')}), each device's from "
             "its first steady one's GPU work"
         )
-        how += "".join(f"; {words}" for words in excluded_words(w["excluded_steps"]))
+        how += "".join(f"; {words}" for words in excluded_words(w["excluded_steps"], "iteration"))
     elif w["basis"] == "steps":
         how = (
             f"from the first to the last step marker ({_step_count(r)}), each device's from"
@@ -222,13 +223,14 @@ def _lines(r: Report, width: int = PLAIN_WIDTH) -> list[str]:
         label = f"{duration(b['lo_ns'])} – {duration(b['hi_ns'])}"
         lines.append(f"  {label:>20} {b['count']:>8}  {duration(b['total_ns']):>10}")
     if r.steps:
+        unit = noun(w["basis"])
         lines += [
             "",
-            "Steps (each device's GPU tile of each step: from the previous step's GPU work done"
-            " to its own; the step time above is the loop's period)",
+            f"{unit.capitalize()}s (each device's GPU tile of each {unit}: from the previous"
+            f" {unit}'s GPU work done to its own; the {unit} time above is the loop's period)",
         ]
         lines.append(
-            f"  {'rank':>4} {'dev':>3}  {'step':<22} {'GPU tile':>10} {'busy':>10} {'idle %':>8}"
+            f"  {'rank':>4} {'dev':>3}  {unit:<22} {'GPU tile':>10} {'busy':>10} {'idle %':>8}"
             f" {'kernels':>8}  idle by cause"
         )
         for s in r.steps:
@@ -298,13 +300,15 @@ def _idle_lines(r: Report) -> list[str]:
         lines += ["", "Host syncs (where they come from)"]
         ranked = len({s["rank"] for s in sites}) > 1  # a rank column where rows can repeat
         rank_head = f"{'rank':>4} " if ranked else ""
-        lines.append(f"  {rank_head}{'count':>6} {'per step':>8} {'idle':>10}  call")
+        per_unit = f"per {noun(r.window['basis'])}"
+        wide = max(8, len(per_unit))
+        lines.append(f"  {rank_head}{'count':>6} {per_unit:>{wide}} {'idle':>10}  call")
         for s in sites[:8]:
             where = " <- ".join(x for x in (s["op"], s["site"]) if x) or "(no call stack)"
             per_step = "n/a" if s["per_step"] is None else f"{s['per_step']:.1f}"
             rank = f"{s['rank']:>4} " if ranked else ""
             lines.append(
-                f"  {rank}{s['count']:>6} {per_step:>8} {duration(s['idle_ns']):>10}"
+                f"  {rank}{s['count']:>6} {per_step:>{wide}} {duration(s['idle_ns']):>10}"
                 f"  {printable(s['name'], 30)} in {printable(where, 80)}"
             )
     return lines
@@ -319,8 +323,9 @@ def _rank_lines(r: Report) -> list[str]:
     widths = [max(len(x[i]) for x in rows) for i in range(len(HEADINGS))]
     lines = [
         "",
-        f"Ranks ({step_heading(r)}, medians; own = the step without waiting for peers; host wait"
-        " = GPU idle for its host, between steps of it; peer wait = in collectives, exposed of"
+        f"Ranks ({step_heading(r)}, medians; own = the {noun(r.window['basis'])} without"
+        " waiting for peers; host wait = GPU idle for its host, between steps of it; peer wait"
+        " = in collectives, exposed of"
         " it with nothing else on the GPU)",
     ]
     for x in rows:
@@ -375,8 +380,10 @@ def _flops_lines(r: Report) -> list[str]:
     if not rows:
         return []
     lines = ["", "FLOPs (matrix and attention operators, from recorded shapes)"]
+    head = f"FLOPs/{noun(r.window['basis'])}"
+    wide = max(10, len(head))
     lines.append(
-        f"  {'rank':>4} {'dev':>3}  {'FLOPs/step':>10} {'achieved':>10} {'GEMM rate':>10}"
+        f"  {'rank':>4} {'dev':>3}  {head:>{wide}} {'achieved':>10} {'GEMM rate':>10}"
         f" {'peak':>10} {'MFU':>6} {'GEMM eff.':>9}"
     )
     for d in rows:
@@ -384,7 +391,8 @@ def _flops_lines(r: Report) -> list[str]:
         assert f is not None
         peak = "unknown" if f["peak_tflops"] is None else f"{f['peak_tflops']:.0f} {f['dtype']}"
         lines.append(
-            f"  {d['rank']:>4} {d['device']:>3}  {f['model_flops_per_step'] / 1e12:>8.2f} TF"
+            f"  {d['rank']:>4} {d['device']:>3}"
+            f"  {f['model_flops_per_step'] / 1e12:>{wide - 2}.2f} TF"
             f" {f['achieved_tflops']:>5.0f} TF/s {_tf(f['gemm_tflops']):>10} {peak:>10}"
             f" {percent(f['mfu']):>6} {percent(f['gemm_efficiency']):>9}"
         )
@@ -443,7 +451,7 @@ def _table(head: list[str], rows: list[list[str]]) -> list[str]:
 
     def line(cells: list[str]) -> str:
         return "  " + " ".join(
-            c.ljust(w) if head[i] == "step" else c.rjust(w)
+            c.ljust(w) if head[i] in ("step", "iteration") else c.rjust(w)
             for i, (c, w) in enumerate(zip(cells, widths, strict=True))
         )
 
@@ -461,8 +469,8 @@ def _gpu_metric_lines(r: Report) -> list[str]:
     lines += _table(gm.headings(devices), gm.device_rows(devices))
     steps = gm.step_rows(devices)
     if steps:
-        lines += ["  per steady step:"]
-        lines += _table(gm.step_headings(devices), steps)
+        lines += [f"  per steady {noun(r.window['basis'])}:"]
+        lines += _table(gm.step_headings(devices, noun(r.window["basis"])), steps)
     lines += [f"  {n}" for n in notes]
     return lines
 
@@ -546,8 +554,9 @@ def _copy_lines(r: Report) -> list[str]:
     return lines
 
 
-def _step_count(r: Report) -> str:
-    """`4 steps`, or `2 steps on each of 2 ranks` (steps are counted per rank)."""
+def _step_count(r: Report, step: str = "step") -> str:
+    """`4 steps`, or `2 steps on each of 2 ranks` (steps are counted per rank); `step` names
+    the periods ("iteration" where they are repeated calls)."""
     per_rank: dict[int, set[str]] = {}
     for s in r.steps:
         if not s["warmup"]:
@@ -555,11 +564,11 @@ def _step_count(r: Report) -> str:
     counts = sorted({len(names) for names in per_rank.values()})
     if len(per_rank) <= 1:
         n = counts[0] if counts else 0
-        return f"{n} step{'s' if n != 1 else ''}"
+        return f"{n} {step}{'s' if n != 1 else ''}"
     if len(counts) == 1:
         plural = "s" if counts[0] != 1 else ""
-        return f"{counts[0]} step{plural} on each of {len(per_rank)} ranks"
-    return f"{counts[0]} to {counts[-1]} steps on each of {len(per_rank)} ranks"
+        return f"{counts[0]} {step}{plural} on each of {len(per_rank)} ranks"
+    return f"{counts[0]} to {counts[-1]} {step}s on each of {len(per_rank)} ranks"
 
 
 def _lead_prefix(g: object) -> str:
@@ -598,7 +607,8 @@ def _critical_path_lines(r: Report) -> list[str]:
     if not r.critical_path:
         return []
     step = r.verdict["step_ns"] if r.verdict else None
-    what = f"what bounds the {duration(step)} step" if step else "what bounds step time"
+    unit = noun(r.window["basis"])
+    what = f"what bounds the {duration(step)} {unit}" if step else f"what bounds {unit} time"
     lines = ["", f"Critical path ({what})"]
     for c in r.critical_path:
         if not c["path_ns"] or not c["steps"]:
@@ -606,7 +616,7 @@ def _critical_path_lines(r: Report) -> list[str]:
         parts = sorted(c["share_by_kind"].items(), key=lambda kv: -(kv[1] or 0))
         shares = ", ".join(f"{s:.0%} {_KIND_WORDS[k]}" for k, s in parts if s)
         sampled = (
-            f" ({c['steps']} of {c['steps_total']} steps analysed)"
+            f" ({c['steps']} of {c['steps_total']} {unit}s analysed)"
             if c["steps_total"] > c["steps"]
             else ""
         )

@@ -9,6 +9,12 @@ import re
 UNIT = {"steps": "step", "iterations": "iteration"}
 
 
+def noun(basis: str) -> str:
+    """What the window's periods are called in headings: "iteration" where they are its
+    repeated calls (no step markers), else "step"."""
+    return UNIT.get(basis, "step")
+
+
 def per(basis: str) -> str:
     """The unit of a saving: "/step" where the window is made of steps, "/iteration" where
     its repeated calls are (no step markers), " over the window" where neither (its savings

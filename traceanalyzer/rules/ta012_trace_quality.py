@@ -178,9 +178,10 @@ class TraceQuality(Rule):
         if ctx.metrics.basis == "iterations":
             yield self.finding(
                 ctx,
-                f"no step markers: the steps are the repeated calls of {ctx.metrics.iterations} "
-                "(iterations found from what repeats), and every impact is per iteration",
-                {"steps": 0, "iterations_from": ctx.metrics.iterations},
+                "no step markers: the iterations are the repeated calls of "
+                f"{ctx.metrics.iterations} (found from what repeats), and every impact is per "
+                "iteration",
+                {"step_markers": 0, "iterations_from": ctx.metrics.iterations},
                 severity=Severity.INFO,
                 advice="Call prof.step() every iteration (ProfilerStep#N), or wrap steps in "
                 "NVTX ranges named step_N for Nsight, for a window the trace itself marks.",

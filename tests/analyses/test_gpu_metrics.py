@@ -151,8 +151,8 @@ def test_metrics_record_declares_the_frames() -> None:
 
 
 def test_h200_capture_against_a_loop(tmp_path: Path) -> None:
-    """The capture has no steps: its window is the first to the last GPU work. The loop
-    reads the kernels, memsets and samples from the file itself."""
+    """The capture has no step markers but its kernels repeat: its window is its steady
+    iterations'. The loop reads the kernels, memsets and samples from the file itself."""
     root = corpus()
     src = root / "h200" / "nsys_gpu_metrics_matmul.sqlite.gz" if root else None
     if src is None or not src.is_file():
@@ -160,7 +160,10 @@ def test_h200_capture_against_a_loop(tmp_path: Path) -> None:
     path = tmp_path / "gm.sqlite"
     with gzip.open(src) as fin, path.open("wb") as fout:
         shutil.copyfileobj(fin, fout)
+    # its kernels repeat (a memset, a GEMM and three elementwise kernels, three times): they
+    # are its iterations, the cold first (172 ms of cuBLAS's start-up) left out
     m = analyze(read(path))
+    assert m.basis == "iterations" and m.steps.excluded["step"].to_list() == [1]
     con = sqlite3.connect(path)
     work = [
         (s, e)
@@ -190,17 +193,20 @@ def test_h200_capture_against_a_loop(tmp_path: Path) -> None:
     con.close()
     times = sorted(by_time)
     rows = [dict(by_time[t], end_ns=n) for t, n in itertools.pairwise(times)]
-    lo, hi = min(s for s, _ in work), max(e for _, e in work)
-    want = sample_figures(rows, work, lo, hi, list(cols.values()))
     (dev,) = m.gpu_metrics.devices.iter_rows(named=True)
+    (window,) = m.devices.rows()
+    lo, hi = window["start_ns"], window["end_ns"]
+    assert lo <= min(s for s, e in work if s >= lo) and hi == max(e for _, e in work)
+    want = sample_figures(rows, work, lo, hi, list(cols.values()))
     _check(dev, want)
-    # the figures this capture gives: three samples inside the three 175 µs GEMMs
-    assert (want["samples"], want["busy_samples"]) == (1721, 3)
-    assert dev["busy_sm_active_share"] == pytest.approx(0.9567, abs=1e-4)
-    assert dev["busy_tensor_active_share"] == pytest.approx(0.8867, abs=1e-4)
-    assert dev["busy_gpc_clock_hz"] / 1e6 == pytest.approx(1588.2, abs=0.1)
+    # the figures this capture gives: seven samples in the two steady iterations, two of
+    # them inside their two 175 µs GEMMs
+    assert (want["samples"], want["busy_samples"]) == (7, 2)
+    assert dev["busy_sm_active_share"] == pytest.approx(0.96, abs=1e-4)
+    assert dev["busy_tensor_active_share"] == pytest.approx(0.875, abs=1e-4)
+    assert dev["busy_gpc_clock_hz"] / 1e6 == pytest.approx(1597.7, abs=0.1)
     assert (dev["max_clock_hz"], dev["max_clock_source"]) == (1_980_000_000, "target_info")
     inside = sample_figures(rows, gemms, lo, hi, list(cols.values()))
     got = m.gpu_metrics.of_class(0, 0, "gemm")
-    assert got is not None and got["samples"] == inside["busy_samples"] == 3
+    assert got is not None and got["samples"] == inside["busy_samples"] == 2
     assert m.gpu_metrics.of_class(0, 0, "memory_bound") is None  # 16 µs kernels: no sample

@@ -243,7 +243,7 @@ def _header(r: Report) -> list[tuple[str, str]]:
         "from the first to the last step marker, each device's from its first steady step's "
         "GPU work"
         if w["basis"] == "steps"
-        else f"no step markers: iterations are the repeated calls of {w['iterations_from']}"
+        else f"no step markers: iterations are the repeats of {w['iterations_from']}"
         if w["basis"] == "iterations"
         else "no step markers: first to last GPU work per device"
     )

@@ -164,7 +164,7 @@ def _lines(r: Report, width: int = PLAIN_WIDTH) -> list[str]:
     span = (w["end_ns"] or 0) - (w["start_ns"] or 0)
     if w["basis"] == "iterations":
         how = (
-            f"no step markers: the repeated calls of {w['iterations_from']} are its "
+            f"no step markers: the repeats of {w['iterations_from']} are its "
             f"iterations ({_step_count(r, 'iteration')}), each device's from "
             "its first steady one's GPU work"
         )

@@ -34,7 +34,8 @@ class TraceQuality(Rule):
     Problems with the capture rather than the workload: a file cut off mid-event (the events
     before the cut were kept); too few profiled steps (fewer than a threshold), or no step
     markers at all (the whole trace is the window and there is no per-step impact, unless
-    its calls repeat: then the steps are its iterations, found from a call range that repeats,
+    its calls repeat: then the steps are its iterations, found from a call range that repeats
+    or, where none does, a cycle of kernels,
     analyses/timeline/iterations.py, and the finding says so); events
     the reader dropped (unknown categories, zero timestamps, negative durations); and, where
     the metrics carry the clock check, GPU work that starts before the host call that
@@ -178,7 +179,7 @@ class TraceQuality(Rule):
         if ctx.metrics.basis == "iterations":
             yield self.finding(
                 ctx,
-                "no step markers: the iterations are the repeated calls of "
+                "no step markers: the iterations are the repeats of "
                 f"{ctx.metrics.iterations} (found from what repeats), and every impact is per "
                 "iteration",
                 {"step_markers": 0, "iterations_from": ctx.metrics.iterations},

@@ -29,6 +29,8 @@ is slow (warm-up) as it leaves out a first step.
 
 from __future__ import annotations
 
+import itertools
+
 import polars as pl
 
 from traceanalyzer.model import GPU_KINDS, Kind, Timeline
@@ -59,9 +61,12 @@ _CALL_SCHEMA = {**_SCHEMA, "call": pl.String}
 
 def repeated_calls(timeline: Timeline) -> tuple[pl.DataFrame, str | None]:
     """The iterations of each rank (see the module docstring) as step markers: rank, step
-    (1, 2, ...), name (`iteration 1`, ...), start_ns, end_ns; with the name of the call range
-    whose repeats they are (the first rank's). Empty, and None, where nothing repeats."""
+    (1, 2, ...), name (`iteration 1`, ...), start_ns, end_ns; with what repeats (the first
+    rank's call range, or its cycle of kernels where no call range repeats). Empty, and None,
+    where nothing repeats."""
     found = _iterations(timeline)
+    if found.height == 0:
+        found = kernel_cycles(timeline)
     if found.height == 0:
         return found.drop("call"), None
     call = str(found["call"][0])
@@ -259,4 +264,204 @@ def _enclosed_twice(outer: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
     )
     return (
         found.filter(pl.col("reach_ns") >= pl.col("next_end")).select([*_THREAD, "name"]).unique()
+    )
+
+
+def kernel_cycles(timeline: Timeline) -> pl.DataFrame:
+    """Iterations from a cycle of kernels, where no host range marks the calls (an Nsight
+    export of a program without NVTX, a plain CUDA loop): on each rank's busiest stream (the
+    most kernel time; its kernels whose launch the trace records, where it records any), a
+    kernel name that comes back `n` times cuts the stream's kernels into
+    `n` segments, from each of its runs to the next. They are iterations where
+
+    - the segments after the first (which may hold a cold call's extra work) are two or more
+      runs of one cycle of at least `MIN_CYCLE_KERNELS` kernels (the same names in the same
+      order), at least `CYCLE_MATCH_SHARE` of those segments and of their kernel time (a
+      layer that repeats inside a step is no cycle: the step's other work is most of the
+      time; a name run twice a step cuts it into two segments that differ);
+    - the cycle's runs take about the same kernel time (`CYCLE_STEADY_SHARE` of them within
+      `CYCLE_TOLERANCE` of their median: a kernel relaunched over varying work is no loop);
+    - they span at least `MIN_CYCLE_COVERAGE` of the rank's GPU time (kernels, copies and
+      memsets on every stream: a program whose copies are most of its work is not its loop);
+    - `n` is between `MIN_CALLS` and `MAX_CYCLES`.
+
+    Of the counts `n` that names reach (the fewest first: the coarsest period), the first
+    that passes, with the name of that count whose first run is earliest, is the cycle.
+    Iteration k runs from the launch of the name's run k (its start, where no launch is
+    recorded; for the first, of the stream's first kernel) to the next's; the last, where the
+    stream holds the whole cycle after it (else it is left out: the trace cut it), to the end
+    of the launch of its cycle's last kernel or a median iteration after its start, whichever
+    is later, but not past the next kernel's launch on the stream; the last may be cut short
+    of its cycle's last kernels (`CUT_SHARE` of them are enough: an iteration that begins
+    before the name's run ends with the kernels that come before it). Columns as `_iterations`';
+    `call` says "a cycle of L kernels from NAME"."""
+    ev = timeline.events.lazy()
+    launches = ev.filter(
+        pl.col("kind").is_in([Kind.RUNTIME.value, Kind.DRIVER.value])
+        & pl.col("correlation").is_not_null()
+    ).select("rank", "correlation", launch_ns=pl.col("start_ns"), launch_end_ns=pl.col("end_ns"))
+    work = (
+        ev.filter(pl.col("kind").is_in([k.value for k in GPU_KINDS]))
+        .select("rank", "device", "stream", "kind", "name", "start_ns", "end_ns", "correlation")
+        .join(launches.unique(["rank", "correlation"]), on=["rank", "correlation"], how="left")
+        .with_columns(
+            dur_ns=pl.col("end_ns") - pl.col("start_ns"),
+            at_ns=pl.coalesce("launch_ns", "start_ns"),
+            done_ns=pl.coalesce("launch_end_ns", "end_ns"),
+        )
+        .collect()
+    )
+    # where the rank records launches, the kernels it launched: those that ran before their
+    # launch was recorded (queued before the capture began) belong to no iteration
+    kernels = work.lazy().filter(
+        (pl.col("kind") == Kind.KERNEL.value)
+        & (pl.col("launch_ns").is_not_null() | pl.col("launch_ns").is_null().all().over("rank"))
+    )
+    busiest = (
+        kernels.group_by(["rank", "device", "stream"])
+        .agg(t=pl.col("dur_ns").sum())
+        .sort(["rank", "t", "device", "stream"], descending=[False, True, False, False])
+        .group_by("rank", maintain_order=True)
+        .first()
+        .drop("t")
+    )
+    seq = (
+        kernels.join(busiest, on=["rank", "device", "stream"], how="semi")
+        .sort(["rank", "start_ns", "end_ns"])
+        .select(
+            "rank",
+            "name",
+            "dur_ns",
+            "at_ns",
+            "done_ns",
+            i=pl.int_range(pl.len(), dtype=pl.Int64).over("rank"),
+            code=pl.col("name").cast(pl.String).hash(),
+        )
+        .collect()
+    )
+    if seq.height < MIN_CALLS:
+        return pl.DataFrame(schema=_CALL_SCHEMA)
+    found = [
+        _cycle_of_rank(
+            seq.filter(pl.col("rank") == rank),
+            work.filter(pl.col("rank") == rank).select("at_ns", "dur_ns"),
+        )
+        for rank in seq["rank"].unique().sort().to_list()
+    ]
+    kept = [f for f in found if f.height]
+    return pl.concat(kept) if kept else pl.DataFrame(schema=_CALL_SCHEMA)
+
+
+#: The share of the segments (after the first), and of their kernel time, that must be runs
+#: of the cycle.
+CYCLE_MATCH_SHARE = 0.75
+#: The fewest kernels in a cycle (one kernel relaunched is a call, not an iteration's work).
+MIN_CYCLE_KERNELS = 2
+#: The share of the cycle's runs whose kernel time must lie within `CYCLE_TOLERANCE` of the
+#: runs' median.
+CYCLE_STEADY_SHARE = 0.75
+CYCLE_TOLERANCE = 0.25
+#: The share of the rank's GPU time the cycles must span.
+MIN_CYCLE_COVERAGE = 0.5
+#: The most cycles a trace is cut into (a loop of one kernel run 100,000 times is no loop of
+#: iterations a person reads per step).
+MAX_CYCLES = 5_000
+#: The counts tried, the fewest first.
+MAX_CYCLE_CANDIDATES = 8
+
+
+def _cycle_of_rank(seq: pl.DataFrame, work: pl.DataFrame) -> pl.DataFrame:
+    """One rank's cycle (see `kernel_cycles`) from its busiest stream's kernels `seq`, with
+    all its GPU work `work` (at_ns, dur_ns); empty where none passes."""
+    counts = (
+        seq.group_by("name")
+        .agg(n=pl.len(), first=pl.col("i").min())
+        .filter(pl.col("n").is_between(MIN_CALLS, MAX_CYCLES))
+        .sort(["n", "first"])
+    )
+    anchors = counts.group_by("n", maintain_order=True).first().head(MAX_CYCLE_CANDIDATES)
+    for anchor in anchors["name"].to_list():
+        got = _cycles_from(seq, anchor, work)
+        if got.height:
+            return got
+    return pl.DataFrame(schema=_CALL_SCHEMA)
+
+
+def _cycles_from(seq: pl.DataFrame, anchor: str, work: pl.DataFrame) -> pl.DataFrame:
+    """The iterations that runs of `anchor` cut `seq` into, where they pass `kernel_cycles`'
+    tests; empty where not."""
+    none = pl.DataFrame(schema=_CALL_SCHEMA)
+    cut = seq.with_columns(seg=pl.col("name").cast(pl.String).eq(anchor).cum_sum()).filter(
+        pl.col("seg") > 0
+    )
+    cut = cut.with_columns(pos=pl.int_range(pl.len(), dtype=pl.Int64).over("seg"))
+    # an order-sensitive digest of each segment: its names at their positions
+    cut = cut.with_columns(h=(pl.struct("code", "pos").hash() % (1 << 40)).cast(pl.Int64))
+    segs = (
+        cut.group_by("seg")
+        .agg(
+            n=pl.len(),
+            h=pl.col("h").sum(),
+            dur_ns=pl.col("dur_ns").sum(),
+            start_ns=pl.col("at_ns").first(),
+        )
+        .sort("seg")
+    )
+    last = int(segs["seg"].max())  # type: ignore[arg-type]
+    middle = segs.filter((pl.col("seg") > 1) & (pl.col("seg") < last))
+    if middle.height < 1:
+        return none
+    modal = middle.group_by(["n", "h"]).agg(k=pl.len()).sort(["k", "n"], descending=True).row(0)
+    length, digest = int(modal[0]), int(modal[1])
+    if length < MIN_CYCLE_KERNELS:
+        return none
+    # the last segment is a run of the cycle where its first kernels are the cycle's first,
+    # `CUT_SHARE` of them or more (the cycle's kernels before its name's run, in a loop whose
+    # iteration starts before it, have no next iteration to come from)
+    tail = cut.filter((pl.col("seg") == last) & (pl.col("pos") < length))
+    runs_of = middle.filter((pl.col("n") == length) & (pl.col("h") == digest))
+    model = cut.filter(pl.col("seg") == runs_of["seg"][0]).head(tail.height)
+    whole_last = tail.height >= CUT_SHARE * length and int(tail["h"].sum()) == int(model["h"].sum())
+    runs = runs_of["dur_ns"].to_list()
+    runs += [int(tail["dur_ns"].sum())] if whole_last else []
+    segments = middle.height + int(whole_last)
+    held_ns = int(middle["dur_ns"].sum()) + (runs[-1] if whole_last else 0)
+    if (
+        len(runs) < 2
+        or len(runs) < CYCLE_MATCH_SHARE * segments
+        or sum(runs) < CYCLE_MATCH_SHARE * held_ns
+    ):
+        return none
+    median = sorted(runs)[len(runs) // 2]
+    steady = sum(abs(r - median) <= CYCLE_TOLERANCE * median for r in runs)
+    if steady < CYCLE_STEADY_SHARE * len(runs):
+        return none
+    # the first iteration from the stream's first kernel: what ran before the cycle's first
+    # run (a cold call's set-up) is its work, and a slow first one is left out as warm-up
+    starts = [int(seq.select(pl.col("at_ns").min()).item()), *segs["start_ns"].to_list()[1:]]
+    ends: list[int] = starts[1:]
+    if whole_last:  # to its cycle's last launch, or a steady iteration's length after its
+        # start where that is later and no other kernel is launched on the stream before
+        after = cut.filter((pl.col("seg") == last) & (pl.col("pos") == length))["at_ns"]
+        steady_ns = sorted(b - a for a, b in itertools.pairwise(starts[1:]))
+        typical = starts[-1] + steady_ns[len(steady_ns) // 2]
+        cap = int(after[0]) if after.len() else typical
+        ends.append(max(int(tail.select(pl.col("done_ns").max()).item()), min(typical, cap)))
+    spanned = work.filter(pl.col("at_ns").is_between(starts[0], ends[-1], closed="left"))
+    if int(spanned["dur_ns"].sum()) < MIN_CYCLE_COVERAGE * int(work["dur_ns"].sum()):
+        return none
+    rank = int(seq["rank"][0])
+    shown = anchor if len(anchor) <= 60 else anchor[:57] + "..."
+    call = f"a cycle of {length} kernels from {shown}"
+    n = len(ends)
+    return pl.DataFrame(
+        {
+            "rank": [rank] * n,
+            "step": list(range(1, n + 1)),
+            "name": [call] * n,
+            "call": [call] * n,
+            "start_ns": starts[:n],
+            "end_ns": ends,
+        },
+        schema=_CALL_SCHEMA,
     )

@@ -4,7 +4,11 @@ step within 30 % of the measured saving."""
 
 from __future__ import annotations
 
+import gzip
 import json
+import shutil
+import sqlite3
+import tempfile
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -83,3 +87,26 @@ def test_managed_memory_price_against_the_prefetch() -> None:
     assert doc["verdict"]["bound_by"] == "copy"
     kinds = {(c["copy_kind"], c["src_memory"]) for c in doc["copies"]}
     assert kinds == {("HtoD", "managed"), ("DtoH", "managed")}
+    # the page faults, against a count of the export's own rows (README: 698 GPU fault rows
+    # holding 3,884 faults, 1,536 CPU fault rows)
+    with tempfile.TemporaryDirectory() as tmp:
+        plain = Path(tmp) / "um.sqlite"
+        with gzip.open(path) as fin, plain.open("wb") as fout:
+            shutil.copyfileobj(fin, fout)
+        con = sqlite3.connect(plain)
+        rows, faults = con.execute(
+            "SELECT count(*), sum(numberOfPageFaults) FROM CUDA_UM_GPU_PAGE_FAULT_EVENTS"
+        ).fetchone()
+        (cpu,) = con.execute("SELECT count(*) FROM CUDA_UM_CPU_PAGE_FAULT_EVENTS").fetchone()
+        con.close()
+    ev = f["evidence"]
+    assert (
+        (ev["gpu_fault_rows"], ev["gpu_page_faults"], ev["cpu_page_faults"])
+        == (
+            rows,
+            faults,
+            cpu,
+        )
+        == (698, 3884, 1536)
+    )
+    assert "3884 GPU page faults" in f["message"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from traceanalyzer.model.meta import DataQuality, DeviceInfo, RankInfo, TraceMeta
+from traceanalyzer.model.meta import DataQuality, DeviceInfo, PageFaults, RankInfo, TraceMeta
 from traceanalyzer.model.schema import (
     EVENT_SCHEMA,
     GPU_KINDS,
@@ -22,6 +22,7 @@ __all__ = [
     "DataQuality",
     "DeviceInfo",
     "Kind",
+    "PageFaults",
     "RankInfo",
     "Timeline",
     "TraceMeta",

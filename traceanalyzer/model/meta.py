@@ -61,6 +61,20 @@ class DataQuality:
 
 
 @dataclass(frozen=True, slots=True)
+class PageFaults:
+    """Unified-memory page faults one rank's process took over the whole capture (Nsight
+    Systems with `--cuda-um-gpu-page-faults` / `--cuda-um-cpu-page-faults`): `gpu_groups`
+    rows of GPU faults (one per page and burst) holding `gpu_faults` faults on `device`, and
+    `cpu_faults` host faults (device None where the row counts only those)."""
+
+    rank: int
+    device: int | None
+    gpu_groups: int = 0
+    gpu_faults: int = 0
+    cpu_faults: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class TraceMeta:
     """Source, producer, ranks, devices and data quality of one (possibly multi-rank) trace."""
 
@@ -71,3 +85,4 @@ class TraceMeta:
     ranks: tuple[RankInfo, ...] = ()
     devices: tuple[DeviceInfo, ...] = ()
     quality: DataQuality = field(default_factory=DataQuality)
+    page_faults: tuple[PageFaults, ...] = ()

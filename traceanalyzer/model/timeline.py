@@ -126,5 +126,6 @@ def combine_meta(metas: list[TraceMeta], path: str) -> TraceMeta:
         producer_version=first.producer_version,
         ranks=tuple(r for m in metas for r in m.ranks),
         devices=tuple(d for m in metas for d in m.devices),
+        page_faults=tuple(f for m in metas for f in m.page_faults),
         quality=quality,
     )

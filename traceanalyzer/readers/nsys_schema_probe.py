@@ -108,7 +108,8 @@ def probe(con: sqlite3.Connection, path: Path) -> Probe:
     for table in (KERNEL, MEMCPY, MEMSET, GRAPH, RUNTIME, DRIVER, SYNC, NVTX, *GPU_INFO_TABLES,
                   "TARGET_INFO_CUDA_DEVICE", "PROCESSES", "ThreadNames", "DIAGNOSTIC_EVENT",
                   "TARGET_INFO_SESSION_START_TIME", "META_DATA_CAPTURE", "GPU_METRICS",
-                  "TARGET_INFO_GPU_METRICS"):  # fmt: skip
+                  "TARGET_INFO_GPU_METRICS", "CUDA_UM_GPU_PAGE_FAULT_EVENTS",
+                  "CUDA_UM_CPU_PAGE_FAULT_EVENTS"):  # fmt: skip
         if table in tables:
             result.columns[table] = frozenset(
                 row[1] for row in con.execute(f"PRAGMA table_info('{table}')")

@@ -32,6 +32,7 @@ from traceanalyzer.model import (
     EVENT_SCHEMA,
     KIND,
     DataQuality,
+    PageFaults,
     RankInfo,
     Timeline,
     TraceMeta,
@@ -590,5 +591,51 @@ def _read(con: sqlite3.Connection, path: Path) -> Timeline:
         ),
         devices=tuple(devices),
         quality=DataQuality(dropped=dict(dropped), notes=tuple(notes)),
+        page_faults=_page_faults(con, pr, ranks),
     )
     return Timeline(events=ranked, meta=meta, gpu_metrics=samples)
+
+
+#: Nsight's unified-memory fault tables (`--cuda-um-gpu-page-faults`, `-cpu-page-faults`).
+UM_GPU_FAULTS = "CUDA_UM_GPU_PAGE_FAULT_EVENTS"
+UM_CPU_FAULTS = "CUDA_UM_CPU_PAGE_FAULT_EVENTS"
+
+
+def _page_faults(
+    con: sqlite3.Connection, pr: sp.Probe, ranks: dict[int, int]
+) -> tuple[PageFaults, ...]:
+    """The unified-memory page faults of each rank's process over the capture: the GPU
+    fault rows and their faults per device, the CPU fault rows (counted in SQL: a capture
+    holds thousands to millions of them). Empty where neither table was recorded."""
+    gpu: dict[tuple[int, int | None], tuple[int, int]] = {}
+    cpu: dict[int, int] = {}
+    if pr.has(UM_GPU_FAULTS, "numberOfPageFaults") and pr.has(UM_GPU_FAULTS, "globalPid"):
+        for pid, dev, rows, faults in con.execute(
+            f"SELECT {PID}, t.deviceId, count(*), sum(t.numberOfPageFaults) "
+            f"FROM {UM_GPU_FAULTS} t GROUP BY 1, 2"
+        ):
+            if pid in ranks:
+                gpu[(ranks[pid], int(dev))] = (int(rows), int(faults or 0))
+    if pr.has(UM_CPU_FAULTS, "globalPid"):
+        for pid, rows in con.execute(f"SELECT {PID}, count(*) FROM {UM_CPU_FAULTS} t GROUP BY 1"):
+            if pid in ranks:
+                cpu[ranks[pid]] = int(rows)
+    out = [
+        PageFaults(rank, dev, rows, faults, cpu.pop(rank, 0) if first else 0)
+        for first, ((rank, dev), (rows, faults)) in _firsts(sorted(gpu.items()))
+    ]
+    out += [PageFaults(rank, None, cpu_faults=n) for rank, n in sorted(cpu.items())]
+    return tuple(out)
+
+
+def _firsts(
+    rows: list[tuple[tuple[int, int | None], tuple[int, int]]],
+) -> list[tuple[bool, tuple[tuple[int, int | None], tuple[int, int]]]]:
+    """Each row with whether it is its rank's first (the CPU faults go on that one)."""
+    seen: set[int] = set()
+    out = []
+    for row in rows:
+        rank = row[0][0]
+        out.append((rank not in seen, row))
+        seen.add(rank)
+    return out

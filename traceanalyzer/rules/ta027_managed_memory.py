@@ -41,7 +41,10 @@ class ManagedMemory(Rule):
     recorded with `nsys profile --cuda-um-gpu-page-faults=true`) under kernels, taking at
     least `min_step_share` of a step: memory allocated with `cudaMallocManaged` that a
     kernel touches while its pages are on the host. Migrations back to the host (the host
-    touching pages a kernel left on the GPU) are named beside them.
+    touching pages a kernel left on the GPU) are named beside them, and so are the page
+    faults the capture recorded (`--cuda-um-gpu-page-faults`, `--cuda-um-cpu-page-faults`:
+    the GPU's fault rows and the faults they hold, the host's faults), counted over the
+    whole capture.
 
     ## Why it matters
     A GPU page fault stalls the warps that touch the page while the driver moves it, a few
@@ -106,6 +109,16 @@ class ManagedMemory(Rule):
                 if m.back_count
                 else ""
             )
+            faults = next(
+                (f for f in ctx.meta.page_faults if (f.rank, f.device) == (m.rank, m.device)),
+                None,
+            )
+            counted = (
+                f"; the capture records {faults.gpu_faults} GPU page faults (in "
+                f"{faults.gpu_groups} rows) and {faults.cpu_faults} CPU page faults"
+                if faults is not None
+                else ""
+            )
             yield self.finding(
                 ctx,
                 f"rank {m.rank} GPU {m.device}: {m.count} unified-memory migrations to the GPU "
@@ -113,7 +126,7 @@ class ManagedMemory(Rule):
                 f"{duration(under)} per step of them under kernels that wait for the pages; "
                 f"one prefetch moves the same bytes in "
                 f"{duration(m.prefetch_ns)} at {m.link_gbps:.0f} GB/s "
-                f"({m.link_basis.split(':')[0]}){back}",
+                f"({m.link_basis.split(':')[0]}){back}{counted}",
                 {
                     "migrations": m.count,
                     "bytes": m.bytes,
@@ -124,6 +137,9 @@ class ManagedMemory(Rule):
                     "back_ns": m.back_ns,
                     "link_gbps": m.link_gbps,
                     "link_basis": m.link_basis,
+                    "gpu_page_faults": None if faults is None else faults.gpu_faults,
+                    "gpu_fault_rows": None if faults is None else faults.gpu_groups,
+                    "cpu_page_faults": None if faults is None else faults.cpu_faults,
                     "bound_by": "copy",
                     "threshold_share": t.min_step_share,
                 },

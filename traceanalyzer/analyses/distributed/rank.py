@@ -291,7 +291,7 @@ def _steady_steps(
     iterated = None
     if found.height == 0 and opts.step_pattern is None:
         # no step markers: the calls that repeat are the iterations, where some do
-        found, iterated = iterations.repeated_calls(timeline)
+        found, iterated = iterations.repeated_calls(timeline, cycles=not opts.ncu)
     markers = found.lazy()
     keys = windows.launch_keys(timeline, markers)
     ops = _step_ops(timeline, markers, keys, opts.all_steps)

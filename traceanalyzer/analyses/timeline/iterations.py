@@ -59,13 +59,15 @@ _SCHEMA = {
 _CALL_SCHEMA = {**_SCHEMA, "call": pl.String}
 
 
-def repeated_calls(timeline: Timeline) -> tuple[pl.DataFrame, str | None]:
+def repeated_calls(timeline: Timeline, cycles: bool = True) -> tuple[pl.DataFrame, str | None]:
     """The iterations of each rank (see the module docstring) as step markers: rank, step
     (1, 2, ...), name (`iteration 1`, ...), start_ns, end_ns; with what repeats (the first
     rank's call range, or its cycle of kernels where no call range repeats). Empty, and None,
-    where nothing repeats."""
+    where nothing repeats. `cycles` False: from call ranges only (an Nsight Compute export of
+    a process's first kernels pairs with the whole capture's launch order, which a kernels'
+    cycle would cut, leaving its cold first kernels out)."""
     found = _iterations(timeline)
-    if found.height == 0:
+    if found.height == 0 and cycles:
         found = kernel_cycles(timeline)
     if found.height == 0:
         return found.drop("call"), None
